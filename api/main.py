@@ -1,0 +1,43 @@
+"""FastAPI application factory. Routes by feature live in api/routes/; the HTTP contract
+(errors, correlation, auth, rate limits, idempotency, body limits) is installed once, here."""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.contract import install_contract
+from api.routes import ROUTERS
+from yana import NAME, __version__
+from yana.clients import get_async_redis
+from yana.settings import get_settings
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    s = get_settings()
+    app.state.settings = s
+    app.state.started_at = time.monotonic()
+    app.state.redis = get_async_redis(s)
+    try:
+        yield
+    finally:
+        await app.state.redis.aclose()
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title=NAME,
+        version=__version__,
+        description="yana: label knowledge, hybrid search, chat fast path and jobs.",
+        lifespan=lifespan,
+    )
+    for router in ROUTERS:
+        app.include_router(router)
+    install_contract(app)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,318 @@
+"""Job records in Redis: the durable, client-visible state of every job.
+
+A record outlives Celery's own result. Every status change is a compare-and-set done by a Lua
+script, so an API process cancelling, a worker finishing and a reconciler re-enqueueing can race
+without one overwriting another. No Celery or HTTP imports here.
+
+Keys (prefix `yana:`):
+  job:{id}          hash: the record (nested values JSON-encoded)
+  job:{id}:hb       heartbeat, value = the attempt token of the worker running it, with a TTL
+  jobs:recent       zset id -> created_at (ms), for listing
+  jobs:active       set of ids not yet terminal, scanned by the reconciler
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import orjson
+import redis
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+STATUSES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+
+PREFIX = "yana:"
+RECENT = PREFIX + "jobs:recent"
+ACTIVE = PREFIX + "jobs:active"
+WEBHOOKS_DUE = PREFIX + "webhooks:due"  # zset job id -> when its next delivery attempt is due (ms)
+_JSON_FIELDS = ("progress", "result", "error", "params", "webhook", "meta")
+
+
+def job_key(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}"
+
+
+def hb_key(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}:hb"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _dump(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+# Claim an attempt. Returns {outcome, attempts}; outcome is one of
+# ok | terminal | busy | exhausted | missing.
+_CLAIM = """
+local job, hb = KEYS[1], KEYS[2]
+local token, now, hb_ttl_ms, max_attempts, error_json = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local status = redis.call('HGET', job, 'status')
+if not status then return {'missing', 0} end
+if status == 'succeeded' or status == 'failed' or status == 'cancelled' then return {'terminal', 0} end
+local holder = redis.call('GET', hb)
+if status == 'running' and holder and holder ~= token then return {'busy', 0} end
+local attempts = tonumber(redis.call('HGET', job, 'attempts') or '0') + 1
+if attempts > max_attempts then
+  redis.call('HSET', job, 'status', 'failed', 'error', error_json, 'finished_at', now, 'updated_at', now,
+             'attempts', attempts - 1)
+  redis.call('SREM', KEYS[3], ARGV[6])
+  if (redis.call('HGET', job, 'callback_url') or '') ~= '' then
+    redis.call('ZADD', KEYS[4], ARGV[7], ARGV[6])
+  end
+  return {'exhausted', attempts - 1}
+end
+redis.call('HSET', job, 'status', 'running', 'attempts', attempts, 'updated_at', now, 'token', token)
+if not redis.call('HGET', job, 'started_at') then redis.call('HSET', job, 'started_at', now) end
+redis.call('SET', hb, token, 'PX', hb_ttl_ms)
+return {'ok', attempts}
+"""
+
+# Compare-and-set a status. ARGV: new_status, allowed_csv, require_token ('' = any), now_ms, then
+# field/value pairs. Returns the previous status, or false when the transition was not allowed.
+# Entering a terminal state schedules the job's webhook (if it has a callback) in the same step,
+# so no path to a terminal state (worker, API cancel, reconciler) can forget it.
+_TRANSITION = """
+local job = KEYS[1]
+local status = redis.call('HGET', job, 'status')
+if not status then return false end
+local ok = false
+for s in string.gmatch(ARGV[2], '[^,]+') do if s == status then ok = true end end
+if not ok then return false end
+if ARGV[3] ~= '' and redis.call('HGET', job, 'token') ~= ARGV[3] then return false end
+redis.call('HSET', job, 'status', ARGV[1])
+for i = 5, #ARGV, 2 do redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
+if ARGV[1] == 'succeeded' or ARGV[1] == 'failed' or ARGV[1] == 'cancelled' then
+  redis.call('SREM', KEYS[2], KEYS[3])
+  redis.call('DEL', KEYS[4])
+  redis.call('PEXPIRE', job, tonumber(redis.call('HGET', job, 'retention_ms')))
+  if (redis.call('HGET', job, 'callback_url') or '') ~= '' then
+    redis.call('ZADD', KEYS[5], ARGV[4], KEYS[3])
+  end
+end
+return status
+"""
+
+# Reconcile one running job: if its heartbeat is gone, put it back to queued (caller re-enqueues).
+_RECLAIM_STALE = """
+local job, hb = KEYS[1], KEYS[2]
+if redis.call('HGET', job, 'status') ~= 'running' then return false end
+if redis.call('EXISTS', hb) == 1 then return false end
+redis.call('HSET', job, 'status', 'queued', 'updated_at', ARGV[1], 'token', '')
+return redis.call('HGET', job, 'attempts')
+"""
+
+
+@dataclass
+class Claim:
+    outcome: str
+    attempts: int
+    token: str
+
+
+class JobStore:
+    """All reads and writes of job records go through here."""
+
+    def __init__(self, r: redis.Redis, retention_s: int = 7 * 24 * 3600):
+        self.r = r
+        self.retention_ms = int(retention_s * 1000)
+        self._claim = r.register_script(_CLAIM)
+        self._transition = r.register_script(_TRANSITION)
+        self._reclaim = r.register_script(_RECLAIM_STALE)
+
+    # --- create / read --------------------------------------------------------------------
+    def create(
+        self,
+        kind: str,
+        params: dict | None = None,
+        *,
+        correlation: dict | None = None,
+        callback_url: str | None = None,
+        queue: str = "default",
+        job_id: str | None = None,
+        parent_id: str | None = None,
+        max_attempts: int = 3,
+        meta: dict | None = None,
+    ) -> dict:
+        job_id = job_id or uuid.uuid4().hex
+        corr = correlation or {}
+        ts = now_iso()
+        record = {
+            "id": job_id,
+            "kind": kind,
+            "status": QUEUED,
+            "progress": _dump({"stage": "queued", "done": 0, "total": 0}),
+            "params": _dump(params or {}),
+            "attempts": 0,
+            "max_attempts": max_attempts,
+            "created_at": ts,
+            "updated_at": ts,
+            "run_id": corr.get("run_id", ""),
+            "trace_id": corr.get("trace_id", ""),
+            "traceparent": corr.get("traceparent", ""),
+            "callback_url": callback_url or "",
+            "queue": queue,
+            "parent_id": parent_id or "",
+            "retention_ms": self.retention_ms,
+            "token": "",
+            "meta": _dump(meta or {}),
+        }
+        created_ms = int(time.time() * 1000)
+        with self.r.pipeline(transaction=True) as p:
+            p.hset(job_key(job_id), mapping=record)
+            p.zadd(RECENT, {job_id: created_ms})
+            p.sadd(ACTIVE, job_id)
+            p.execute()
+        return self.get(job_id)
+
+    def get(self, job_id: str) -> dict | None:
+        raw = self.r.hgetall(job_key(job_id))
+        return self._decode(raw) if raw else None
+
+    def get_raw_field(self, job_id: str, field: str) -> str | None:
+        return self.r.hget(job_key(job_id), field)
+
+    @staticmethod
+    def _decode(raw: dict) -> dict:
+        out: dict[str, Any] = dict(raw)
+        for f in _JSON_FIELDS:
+            if out.get(f):
+                out[f] = orjson.loads(out[f])
+            else:
+                out[f] = None
+        for f in ("attempts", "max_attempts", "retention_ms"):
+            out[f] = int(out.get(f) or 0)
+        for f in ("callback_url", "parent_id", "started_at", "finished_at", "traceparent"):
+            out[f] = out.get(f) or None
+        return out
+
+    def list(
+        self, *, kind: str | None = None, status: str | None = None, limit: int = 50, cursor: int = 0
+    ) -> tuple[list[dict], int | None]:
+        """Newest first. `cursor` is an offset into the recent index; returns (jobs, next_cursor)."""
+        out: list[dict] = []
+        pos = cursor
+        batch = max(limit * 2, 100)
+        while len(out) < limit:
+            ids = self.r.zrevrange(RECENT, pos, pos + batch - 1)
+            if not ids:
+                return out, None
+            with self.r.pipeline(transaction=False) as p:
+                for jid in ids:
+                    p.hgetall(job_key(jid))
+                rows = p.execute()
+            for i, (jid, raw) in enumerate(zip(ids, rows)):
+                if not raw:
+                    self.r.zrem(RECENT, jid)  # expired record: drop it from the index lazily
+                    continue
+                if (kind and raw.get("kind") != kind) or (status and raw.get("status") != status):
+                    continue
+                out.append(self._decode(raw))
+                if len(out) == limit:
+                    nxt = pos + i + 1
+                    return out, (nxt if self.r.zcard(RECENT) > nxt else None)
+            pos += len(ids)
+        return out, None
+
+    def active_ids(self) -> list[str]:
+        return list(self.r.smembers(ACTIVE))
+
+    # --- worker side ----------------------------------------------------------------------
+    def claim(self, job_id: str, token: str, *, hb_ttl_s: float, max_attempts: int) -> Claim:
+        err = _dump(
+            {
+                "code": "ATTEMPTS_EXHAUSTED",
+                "message": f"job was started {max_attempts} times and never finished "
+                "(worker lost or killed each time)",
+                "retryable": False,
+            }
+        )
+        outcome, attempts = self._claim(
+            keys=[job_key(job_id), hb_key(job_id), ACTIVE, WEBHOOKS_DUE],
+            args=[token, now_iso(), int(hb_ttl_s * 1000), max_attempts, err, job_id, now_ms()],
+        )
+        if outcome == "exhausted":
+            self.r.pexpire(job_key(job_id), self.retention_ms)
+        return Claim(outcome, int(attempts), token)
+
+    def heartbeat(self, job_id: str, token: str, ttl_s: float) -> bool:
+        """Refresh our heartbeat. False when the job is no longer ours to run (cancelled, taken)."""
+        with self.r.pipeline(transaction=False) as p:
+            p.hget(job_key(job_id), "status")
+            p.hget(job_key(job_id), "token")
+            status, holder = p.execute()
+        if status != RUNNING or holder != token:
+            return False
+        self.r.set(hb_key(job_id), token, px=int(ttl_s * 1000))
+        return True
+
+    def progress(self, job_id: str, stage: str, done: int, total: int) -> None:
+        self.r.hset(
+            job_key(job_id),
+            mapping={"progress": _dump({"stage": stage, "done": done, "total": total}), "updated_at": now_iso()},
+        )
+
+    def update_meta(self, job_id: str, **values: Any) -> dict:
+        """Merge values into the record's `meta` (task-private state such as a resume cursor)."""
+        cur = self.get_raw_field(job_id, "meta")
+        meta = orjson.loads(cur) if cur else {}
+        meta.update(values)
+        self.r.hset(job_key(job_id), "meta", _dump(meta))
+        return meta
+
+    def _set_status(self, job_id: str, new: str, allowed: Iterable[str], token: str = "", **fields: Any) -> str | None:
+        args: list[Any] = [new, ",".join(allowed), token, now_ms()]
+        fields.setdefault("updated_at", now_iso())
+        for k, v in fields.items():
+            args += [k, v if isinstance(v, (str, int, float)) else _dump(v)]
+        prev = self._transition(keys=[job_key(job_id), ACTIVE, job_id, hb_key(job_id), WEBHOOKS_DUE], args=args)
+        return prev or None
+
+    def succeed(self, job_id: str, token: str, result: Any) -> bool:
+        ts = now_iso()
+        return (
+            self._set_status(job_id, SUCCEEDED, [RUNNING], token, result=_dump(result), finished_at=ts)
+            is not None
+        )
+
+    def fail(self, job_id: str, error: dict, token: str = "") -> bool:
+        allowed = [RUNNING] if token else [QUEUED, RUNNING]
+        return self._set_status(job_id, FAILED, allowed, token, error=_dump(error), finished_at=now_iso()) is not None
+
+    def cancel(self, job_id: str) -> str | None:
+        """Cancel a queued or running job. Returns the status it had, or None if already terminal."""
+        err = {"code": "CANCELLED", "message": "cancelled by request", "retryable": False}
+        return self._set_status(job_id, CANCELLED, [QUEUED, RUNNING], error=_dump(err), finished_at=now_iso())
+
+    def release_stale(self, job_id: str) -> int | None:
+        """Running with no heartbeat → queued. Returns attempts so far, or None if not stale."""
+        res = self._reclaim(keys=[job_key(job_id), hb_key(job_id)], args=[now_iso()])
+        return int(res) if res is not None and res is not False else None
+
+    def append_webhook_attempt(self, job_id: str, attempt: dict, delivered: bool | None = None) -> None:
+        cur = self.get_raw_field(job_id, "webhook")
+        hook = orjson.loads(cur) if cur else {"attempts": [], "delivered": False}
+        hook["attempts"].append(attempt)
+        if delivered is not None:
+            hook["delivered"] = delivered
+        self.r.hset(job_key(job_id), "webhook", _dump(hook))
+
+
+def public_view(job: dict) -> dict:
+    """The record as clients see it (internal bookkeeping left out)."""
+    hidden = {"token", "retention_ms", "params", "meta", "queue"}
+    out = {k: v for k, v in job.items() if k not in hidden}
+    out.setdefault("result", None)
+    out.setdefault("error", None)
+    return out

@@ -1,0 +1,81 @@
+"""Job kinds and how to enqueue them. The API imports only this (no task bodies, no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.jobs import JobStore
+from yana.clients import get_redis
+from yana.settings import get_settings
+
+
+@dataclass(frozen=True)
+class Kind:
+    task: str  # Celery task name
+    queue: str
+
+
+KINDS: dict[str, Kind] = {
+    "demo.sleep": Kind("yana.demo.sleep", "default"),
+    "ingest": Kind("yana.ingest.run", "ingest"),
+    "reembed": Kind("yana.reembed.run", "reembed"),
+    "retrieve": Kind("yana.retrieve.run", "retrieve"),
+    "think": Kind("yana.think.run", "think"),
+}
+
+
+def job_store() -> JobStore:
+    return JobStore(get_redis(), get_settings().job_retention_s)
+
+
+def send(job: dict) -> None:
+    """(Re)send the Celery message for an existing job record, carrying its correlation."""
+    from workers.celery_app import app
+
+    kind = KINDS[job["kind"]]
+    headers = {k: job.get(k) or "" for k in ("run_id", "trace_id", "traceparent")}
+    app.send_task(kind.task, kwargs={"job_id": job["id"]}, queue=kind.queue, headers=headers, task_id=None)
+
+
+def enqueue(
+    kind: str,
+    params: dict,
+    *,
+    correlation: dict | None = None,
+    callback_url: str | None = None,
+    job_id: str | None = None,
+    parent_id: str | None = None,
+    meta: dict | None = None,
+) -> dict:
+    """Create the job record, then send its message. Returns the record."""
+    if kind not in KINDS:
+        raise KeyError(kind)
+    s = get_settings()
+    job = job_store().create(
+        kind,
+        params,
+        correlation=correlation,
+        callback_url=callback_url,
+        queue=KINDS[kind].queue,
+        job_id=job_id,
+        parent_id=parent_id,
+        max_attempts=s.job_max_attempts,
+        meta=meta,
+    )
+    send(job)
+    return job
+
+
+def cancel(job_id: str) -> str | None:
+    """Cancel a job. Returns the status it had (None if it was already terminal)."""
+    from workers.celery_app import app
+
+    store = job_store()
+    prev = store.cancel(job_id)
+    if prev == "running":
+        # The body also stops cooperatively at its next progress() call; SIGUSR1 raises
+        # SoftTimeLimitExceeded inside the prefork child so a body that never reports stops too.
+        task_id = store.get_raw_field(job_id, "task_id")
+        if task_id:
+            app.control.revoke(task_id, terminate=True, signal="SIGUSR1")
+    return prev

@@ -1,0 +1,150 @@
+"""The Task base class: every job task gets correlation, the job record and a heartbeat from here.
+
+A job task is called as `task.apply_async(kwargs={"job_id": ...}, headers=correlation)`. The base
+class claims an attempt on the job record (at most `job_max_attempts`, so a message that keeps
+killing its worker ends `failed`), runs the body with a JobContext, heartbeats while it runs,
+and writes the terminal state. A message for a job that is already terminal, or that another
+live worker holds, is acknowledged and dropped: redelivery never runs a body twice at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from pipelines import jobs as jobstore
+from pipelines.jobs import JobStore
+from yana import context
+from yana.clients import get_redis
+from yana.errors import YanaError
+from yana.settings import get_settings
+
+log = logging.getLogger("yana.task")
+
+
+class JobCancelled(Exception):
+    """Raised inside a task body when its job was cancelled."""
+
+
+class JobContext:
+    """What a task body sees of its job: progress, cancellation, a place for a resume cursor."""
+
+    def __init__(self, store: JobStore, job: dict, token: str, cancelled: threading.Event):
+        self.store = store
+        self.job = job
+        self.job_id = job["id"]
+        self.token = token
+        self._cancelled = cancelled
+        self.meta: dict = job.get("meta") or {}
+
+    @property
+    def params(self) -> dict:
+        return self.job.get("params") or {}
+
+    @property
+    def attempt(self) -> int:
+        return int(self.job.get("attempts") or 0)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        self.check_cancelled()
+        self.store.progress(self.job_id, stage, done, total)
+
+    def save_meta(self, **values: Any) -> None:
+        self.meta = self.store.update_meta(self.job_id, **values)
+
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def check_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise JobCancelled(self.job_id)
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, store: JobStore, job_id: str, token: str, interval: float, ttl: float):
+        super().__init__(name=f"hb-{job_id[:8]}", daemon=True)
+        self.store, self.job_id, self.token = store, job_id, token
+        self.interval, self.ttl = interval, ttl
+        self.stop = threading.Event()
+        self.lost = threading.Event()  # set when the job is no longer ours (cancelled or taken)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval):
+            try:
+                if not self.store.heartbeat(self.job_id, self.token, self.ttl):
+                    self.lost.set()
+                    return
+            except Exception:  # Redis blip: try again next tick; the TTL covers a few misses
+                log.warning("heartbeat failed", exc_info=True, extra={"job_id": self.job_id})
+
+
+class JobTask(Task):
+    """Base class for job tasks. Subclasses (via @app.task(base=JobTask)) define `run(ctx, **params)`."""
+
+    abstract = True
+    typing = False
+
+    def __call__(self, *args: Any, job_id: str | None = None, **kwargs: Any) -> Any:
+        if job_id is None:  # plain call, e.g. from a test: no job record involved
+            return self.run(None, *args, **kwargs)
+        s = get_settings()
+        store = JobStore(get_redis(), s.job_retention_s)
+        headers = getattr(self.request, "headers", None) or {}
+        corr_src = {k: headers.get(k) or getattr(self.request, k, None) for k in ("run_id", "trace_id", "traceparent")}
+        job = store.get(job_id)
+        if job is None:
+            log.warning("job record missing; dropping message", extra={"job_id": job_id})
+            return None
+        if not corr_src.get("run_id"):
+            corr_src = {"run_id": job["run_id"], "trace_id": job["trace_id"], "traceparent": job.get("traceparent")}
+        corr = context.Correlation.from_dict(corr_src)
+        token_ctx = context.set_current(corr)
+        try:
+            return self._run_job(store, job, s)
+        finally:
+            context.reset(token_ctx)
+
+    def _run_job(self, store: JobStore, job: dict, s) -> Any:
+        job_id = job["id"]
+        token = f"{uuid.uuid4().hex}:{self.request.hostname or 'local'}"
+        claim = store.claim(job_id, token, hb_ttl_s=s.heartbeat_ttl_s, max_attempts=job["max_attempts"] or s.job_max_attempts)
+        extra = {"job_id": job_id, "kind": job["kind"], "attempt": claim.attempts}
+        if claim.outcome != "ok":
+            log.info("job not run: %s", claim.outcome, extra=extra)
+            return None
+        store.r.hset(jobstore.job_key(job_id), "task_id", self.request.id or "")
+        job = store.get(job_id) or job
+        hb = _Heartbeat(store, job_id, token, s.heartbeat_interval_s, s.heartbeat_ttl_s)
+        hb.start()
+        ctx = JobContext(store, job, token, hb.lost)
+        log.info("job started", extra=extra)
+        try:
+            result = self.run(ctx, **(job.get("params") or {}))
+        except (JobCancelled, SoftTimeLimitExceeded) as exc:
+            current = store.get(job_id) or {}
+            if current.get("status") == jobstore.CANCELLED:
+                log.info("job cancelled while running", extra=extra)
+            else:
+                err = YanaError("TIMEOUT", f"job exceeded its time limit ({type(exc).__name__})", 500, True)
+                store.fail(job_id, err.body(), token)
+                log.warning("job timed out", extra=extra)
+        except YanaError as exc:
+            store.fail(job_id, exc.body(), token)
+            log.warning("job failed: %s", exc.code, extra=extra)
+        except Exception as exc:  # noqa: BLE001 - a body's bug must still end its job
+            body = {"code": "INTERNAL", "message": f"{type(exc).__name__}: {str(exc)[:300]}", "retryable": True}
+            store.fail(job_id, body, token)
+            log.exception("job crashed", extra=extra)
+        else:
+            if store.succeed(job_id, token, result):
+                log.info("job succeeded", extra=extra)
+            else:
+                log.info("job finished but is no longer ours (cancelled or reclaimed)", extra=extra)
+        finally:
+            hb.stop.set()
+        return None

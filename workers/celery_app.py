@@ -1,0 +1,74 @@
+"""The one Celery app: broker/result config, queues and routing. Tasks live in tasks/."""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from yana.settings import get_settings
+
+# One queue per job family, so operators can scale ingest separately from webhooks.
+QUEUES = ("default", "ingest", "reembed", "retrieve", "think", "webhooks")
+
+TASK_MODULES = ["tasks.demo", "tasks.webhooks", "tasks.ingest", "tasks.reembed"]
+
+
+def _existing(modules: list[str]) -> list[str]:
+    import importlib.util
+
+    return [m for m in modules if importlib.util.find_spec(m) is not None]
+
+
+def create_app() -> Celery:
+    s = get_settings()
+    app = Celery("yana", broker=s.redis_url, backend=s.redis_url, include=_existing(TASK_MODULES))
+    transport = {
+        # Must exceed the longest task, or Redis hands an unacked message to a second worker.
+        "visibility_timeout": s.visibility_timeout_s,
+        "socket_keepalive": True,
+        "retry_on_timeout": True,
+        "health_check_interval": 30,
+    }
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        timezone="UTC",
+        enable_utc=True,
+        # At-least-once delivery: ack after the body ran, requeue if the child died under it.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_track_started=True,
+        task_time_limit=s.task_time_limit_s,
+        task_soft_time_limit=s.task_time_limit_s - 30,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        # Celery's own results are a convenience; the job record in Redis is the source of truth.
+        result_expires=24 * 3600,
+        broker_connection_retry_on_startup=True,
+        worker_max_tasks_per_child=s.worker_max_tasks_per_child,
+        worker_max_memory_per_child=s.worker_max_memory_per_child_kb,
+        worker_concurrency=s.worker_concurrency,
+        worker_send_task_events=True,  # Flower
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        task_queues=[Queue(q) for q in QUEUES],
+        task_default_queue="default",
+        task_routes={
+            "yana.ingest.*": {"queue": "ingest"},
+            "yana.reembed.*": {"queue": "reembed"},
+            "yana.retrieve.*": {"queue": "retrieve"},
+            "yana.think.*": {"queue": "think"},
+            "yana.webhooks.*": {"queue": "webhooks"},
+        },
+    )
+    return app
+
+
+app = create_app()
+
+# Process bootstrap (thread pinning, model preload, maintenance loop) hooks into signals.
+import workers.bootstrap  # noqa: E402,F401

