@@ -5,6 +5,8 @@ number of workers can run it at once without double work."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 
 from pipelines import jobs as jobstore
@@ -55,6 +57,14 @@ def dispatch_webhooks_once() -> int:
     return len(due)
 
 
+def announce_worker() -> None:
+    """Liveness for `yana up`, the test harness and /v1/healthz: this worker's key, with a TTL."""
+    from yana.clients import get_redis
+    from yana.processes import WORKER_KEY
+
+    get_redis().set(WORKER_KEY.format(os.getpid()), socket.gethostname(), ex=max(10, int(get_settings().reconcile_interval_s * 5)))
+
+
 class MaintenanceLoop(threading.Thread):
     def __init__(self, interval_s: float):
         super().__init__(name="yana-maintenance", daemon=True)
@@ -62,8 +72,13 @@ class MaintenanceLoop(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        steps = (announce_worker, reconcile_once, dispatch_webhooks_once)
+        try:
+            announce_worker()
+        except Exception:  # noqa: BLE001
+            log.warning("worker announce failed", exc_info=True)
         while not self.stop.wait(self.interval_s):
-            for step in (reconcile_once, dispatch_webhooks_once):
+            for step in steps:
                 try:
                     step()
                 except Exception:  # noqa: BLE001 - Redis blip; the next tick retries

@@ -43,6 +43,21 @@ class Settings(BaseSettings):
     max_chunk_chars: int = 2000
     n_results_default: int = 5
 
+    # --- ingest (labels, text) --------------------------------------------------------------
+    # `file://` sources must lie inside this folder; empty means file:// is refused.
+    import_dir: Path | None = None
+    # Hamming distance at or under which two 64-bit pHashes are the same label (bench/phash_*).
+    phash_threshold: int = 10
+    max_image_bytes: int = 20 * 1024 * 1024
+    max_image_pixels: int = 40_000_000  # decompression-bomb guard (width x height)
+    max_images_per_request: int = 1000
+    max_ingest_body_bytes: int = 256 * 1024 * 1024  # multipart / JSON body cap for /v1/ingest
+    fetch_timeout_s: float = 10.0
+    fetch_max_bytes: int = 20 * 1024 * 1024
+    fetch_allow: CsvList = Field(default_factory=list)  # hosts/CIDRs a URL source may resolve to
+    ingest_batch_size: int = 16  # items per embedding batch inside an ingest job
+    reembed_batch_size: int = 64
+
     # --- jobs / celery ----------------------------------------------------------------------
     job_retention_s: int = 7 * 24 * 3600
     job_max_attempts: int = 3
@@ -62,7 +77,7 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = 10.0
     webhook_backoff_base_s: float = 5.0
     webhook_backoff_max_s: float = 6 * 3600
-    webhook_max_attempts: int = 12  # 5 s doubling, capped at 6 h: spans > 24 h
+    webhook_max_attempts: int = 17  # 5 s doubling, capped at 6 h: the schedule spans ~30 h
     webhook_allow: CsvList = Field(default_factory=list)  # hosts or CIDRs allowed despite SSRF rules
 
     # --- http / contract --------------------------------------------------------------------
@@ -89,7 +104,7 @@ class Settings(BaseSettings):
     # --- memo -------------------------------------------------------------------------------
     memo_ttl_seconds: int = 86400
 
-    @field_validator("webhook_allow", "auth_tokens", mode="before")
+    @field_validator("webhook_allow", "auth_tokens", "fetch_allow", mode="before")
     @classmethod
     def _csv(cls, v):
         return _split_csv(v)
