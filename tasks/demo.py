@@ -34,3 +34,9 @@ def sleep_job(self, ctx: JobContext | None, steps: int = 3, step_s: float = 0.1,
         r = get_redis()
         r.eval(_APPLY_ONCE, 2, f"yana:demo:effect:{ctx.job_id}", EFFECTS, ctx.job_id)
     return {"steps": total, "slept_s": round(total * float(step_s), 3)}
+
+
+@app.task(name="yana.demo.ping")
+def ping(sent_at: float) -> dict:
+    """Bare Celery task (no job record): the baseline the jobs benchmark compares against."""
+    return {"sent_at": sent_at, "started_at": time.time()}
