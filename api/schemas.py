@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from yana import POLICY_VERSION, __version__
 
 
 class ErrorDetail(BaseModel):
-    code: str
+    code: str = Field(description="BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, REQUEST_TIMEOUT, CONFLICT, "
+                                  "PAYLOAD_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, UNPROCESSABLE, RATE_LIMITED, "
+                                  "INTERNAL, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ...")
     message: str
-    retryable: bool
+    retryable: bool = Field(description="true when the same request may succeed later (retry with backoff)")
 
 
 class ErrorResponse(BaseModel):
+    """Every error response of every route (seed 000)."""
+
     error: ErrorDetail
     run_id: str | None = None
     trace_id: str | None = None
@@ -27,22 +31,25 @@ class Envelope(BaseModel):
     policy_version: str = POLICY_VERSION
 
 
-_DESCRIPTIONS = {
-    400: "Bad request (malformed JSON, missing or wrong fields)",
+DESCRIPTIONS = {
+    400: "Bad request (malformed JSON, missing or wrong fields, empty Idempotency-Key)",
     401: "Missing or invalid bearer token",
     404: "Not found",
-    408: "Request timed out",
-    409: "Conflict",
+    408: "Request timed out (retryable)",
+    409: "Conflict (e.g. a request with this Idempotency-Key is still in flight)",
     413: "Payload too large",
     415: "Unsupported media type",
-    422: "Schema violation or idempotency key reused with another body",
+    422: "Schema violation, or Idempotency-Key reused with another request",
     429: "Rate limited (see Retry-After)",
     500: "Internal error",
-    503: "Upstream unavailable",
+    502: "Upstream unavailable",
+    503: "Upstream unavailable, or the service cannot serve",
+    504: "Upstream timed out",
 }
 
 
 def ERRORS(*statuses: int) -> dict:  # noqa: N802 - reads like a constant in route decorators
-    """OpenAPI `responses` for a route: the given statuses plus those every route can answer."""
+    """OpenAPI `responses` for a route's own error statuses (404, 409, ...). Those the contract
+    adds to every route (400, 401, 408, 413, 415, 429, 5xx) are filled in by api.contract.openapi."""
     common = {400, 401, 429, 500}
-    return {s: {"model": ErrorResponse, "description": _DESCRIPTIONS[s]} for s in sorted(common | set(statuses))}
+    return {s: {"model": ErrorResponse, "description": DESCRIPTIONS[s]} for s in sorted(common | set(statuses))}

@@ -115,6 +115,39 @@ def post_pinned(target: Target, body: bytes, headers: dict, timeout: float) -> h
         )
 
 
+def get_pinned(target: Target, timeout: float, max_bytes: int, headers: dict | None = None) -> tuple[httpx.Response, bytes]:
+    """GET from the checked address with a byte cap (streamed; stops reading past max_bytes).
+
+    Returns the response (headers, status) and its body. Redirects are not followed here: the
+    caller re-checks the Location with resolve_target before the next hop.
+    Raises YanaError FETCH_TOO_LARGE when the body exceeds max_bytes."""
+    parts = urlsplit(target.url)
+    ip = target.address
+    netloc_ip = f"[{ip}]" if ":" in ip else ip
+    pinned = urlunsplit((parts.scheme, f"{netloc_ip}:{target.port}", parts.path or "/", parts.query, ""))
+    host_header = target.host if parts.port is None else f"{target.host}:{parts.port}"
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+        with client.stream(
+            "GET",
+            pinned,
+            headers={**(headers or {}), "Host": host_header},
+            extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
+        ) as resp:
+            declared = resp.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > max_bytes:
+                raise YanaError("FETCH_TOO_LARGE", f"{target.url} is {declared} bytes; the limit is {max_bytes}", 413)
+            chunks, size = [], 0
+            deadline = time.monotonic() + timeout  # httpx's timeout is per read; a slow drip must end too
+            for chunk in resp.iter_bytes():
+                if time.monotonic() > deadline:
+                    raise YanaError("FETCH_TIMEOUT", f"{target.url} took longer than {timeout}s", 504, retryable=True)
+                size += len(chunk)
+                if size > max_bytes:
+                    raise YanaError("FETCH_TOO_LARGE", f"{target.url} is larger than {max_bytes} bytes", 413)
+                chunks.append(chunk)
+            return resp, b"".join(chunks)
+
+
 # --- signing ---------------------------------------------------------------------------------
 
 

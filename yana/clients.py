@@ -7,6 +7,8 @@ from urllib.parse import urlparse
 
 import redis
 import redis.asyncio as aredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from yana.settings import Settings, get_settings
 
@@ -45,3 +47,20 @@ def _chroma(url: str | None, path: str):
 def get_chroma(settings: Settings | None = None):
     s = settings or get_settings()
     return _chroma(s.chroma_url, s.chroma_path)
+
+
+@lru_cache(maxsize=8)
+def _redis_fast(url: str, timeout_s: float) -> redis.Redis:
+    # One immediate retry (a pooled connection gone stale), not redis-py's default three with
+    # exponential backoff, which turns a Redis outage into seconds per call.
+    return redis.Redis.from_url(
+        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        health_check_interval=30, retry=Retry(NoBackoff(), 1),
+    )
+
+
+def get_fast_redis(settings: Settings | None = None) -> redis.Redis:
+    """For the synchronous fast path (chat): short socket timeouts, so a stuck Redis costs a bounded
+    wait instead of the whole request budget."""
+    s = settings or get_settings()
+    return _redis_fast(s.redis_url, s.chat_redis_timeout_ms / 1000)

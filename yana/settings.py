@@ -51,12 +51,17 @@ class Settings(BaseSettings):
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000  # decompression-bomb guard (width x height)
     max_images_per_request: int = 1000
-    max_ingest_body_bytes: int = 256 * 1024 * 1024  # multipart / JSON body cap for /v1/ingest
     fetch_timeout_s: float = 10.0
     fetch_max_bytes: int = 20 * 1024 * 1024
     fetch_allow: CsvList = Field(default_factory=list)  # hosts/CIDRs a URL source may resolve to
     ingest_batch_size: int = 16  # items per embedding batch inside an ingest job
     reembed_batch_size: int = 64
+
+    # --- search ---------------------------------------------------------------------------
+    # Hybrid score = w * minmax(BM25) + (1 - w) * minmax(cosine) + metadata bonus (bench/search_eval.py).
+    search_lexical_weight: float = 0.55
+    # Load the active collection into each API process at start-up, so the first query is fast.
+    search_warm_on_start: bool = True
 
     # --- jobs / celery ----------------------------------------------------------------------
     job_retention_s: int = 7 * 24 * 3600
@@ -89,6 +94,15 @@ class Settings(BaseSettings):
     rate_burst: int = 50
     idempotency_ttl_s: int = 24 * 3600
     build: str = "dev"
+    # Defaults of every route; a route overrides them with api.contract.contract(...) in its
+    # openapi_extra, and operators per operation_id with ROUTE_POLICIES (JSON), e.g.
+    # ROUTE_POLICIES='{"search": {"timeout_s": 1.5}, "ingest": {"max_body_bytes": 104857600}}'.
+    max_body_bytes: int = 1024 * 1024
+    request_timeout_s: float = 30.0
+    route_policies: dict[str, dict] = Field(default_factory=dict)
+    health_timeout_s: float = 1.5  # per dependency check in /v1/healthz
+    health_llm_cache_s: float = 10.0  # the LLM probe is an outbound call: not on every poll
+    mcp_tool_timeout_s: float = 60.0  # MCP tool call -> in-process HTTP call to the route
 
     # --- flower -----------------------------------------------------------------------------
     flower_host: str = "127.0.0.1"
@@ -100,6 +114,22 @@ class Settings(BaseSettings):
     openai_api_key: str | None = None
     openai_model: str = "gpt-4o-mini"
     chat_timeout_ms: int = 11000
+
+    # --- chat fast path (pipelines/chat) -----------------------------------------------------
+    chat_retrieval_timeout_ms: int = 2000  # retrieval gets at most this much of the budget
+    chat_llm_margin_ms: int = 400  # kept back from the LLM for persona, storing the turn, the body
+    chat_llm_min_ms: int = 500  # below this much budget left the LLM is not called at all
+    chat_llm_max_tokens: int = 400
+    chat_llm_temperature: float = 0.7
+    chat_breaker_failures: int = 3  # consecutive LLM failures that open the circuit (shared in Redis)
+    chat_breaker_open_s: float = 30.0  # open this long, then one half-open probe
+    chat_max_reply_chars: int = 400  # run-on replies are cut here (after the 5-sentence trim)
+    chat_provenance: bool = False  # append （参考：銘柄/蔵/地域） to replies grounded on hits
+    chat_session_ttl_s: int = 24 * 3600  # a session's turns live this long after its last turn
+    chat_session_max_turns: int = 50  # turns kept per session
+    chat_history_turns: int = 6  # past turns sent to the LLM
+    chat_redis_timeout_ms: int = 300  # socket timeout of the fast path's Redis calls
+    chat_log_dir: Path | None = None  # per-turn JSON-lines log; empty: DATA_DIR/logs
 
     # --- memo -------------------------------------------------------------------------------
     memo_ttl_seconds: int = 86400

@@ -1,9 +1,18 @@
-"""Unified error bodies: {"error":{code,message,retryable},"run_id","trace_id"} for every failure."""
+"""Unified error bodies: {"error":{code,message,retryable},"run_id","trace_id"} for every failure.
+
+YanaError (yana.errors) is the one exception type. FastAPI's own errors (validation, unknown
+route, wrong method, body limits) and anything unhandled are mapped onto it here, so no response
+ever carries a stack trace, a file path or a setting.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
+import httpx
+import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -14,7 +23,8 @@ from yana.errors import YanaError
 
 log = logging.getLogger("yana.api")
 
-_STATUS_CODES = {
+# One code per HTTP status (seed 000); 5xx codes say what failed.
+CODES = {
     400: "BAD_REQUEST",
     401: "UNAUTHORIZED",
     403: "FORBIDDEN",
@@ -26,39 +36,103 @@ _STATUS_CODES = {
     415: "UNSUPPORTED_MEDIA_TYPE",
     422: "UNPROCESSABLE",
     429: "RATE_LIMITED",
+    500: "INTERNAL",
+    502: "UPSTREAM_UNAVAILABLE",
+    503: "UPSTREAM_UNAVAILABLE",
+    504: "UPSTREAM_TIMEOUT",
 }
+RETRYABLE_STATUSES = {408, 429, 500, 502, 503, 504}
+
+# FastAPI/pydantic error types that mean "malformed or missing" (400) rather than "violates the
+# schema" (seed 002 answers those 422 on /v1/retrieve).
+MALFORMED_TYPES = {"json_invalid", "json_type", "missing", "model_attributes_type", "dict_type", "model_type"}
 
 
-def error_response(err: YanaError, headers: dict | None = None) -> JSONResponse:
+def http_error(status: int, message: str | None = None, retryable: bool | None = None) -> YanaError:
+    code = CODES.get(status, "INTERNAL" if status >= 500 else "BAD_REQUEST")
+    return YanaError(code, message or code.replace("_", " ").lower(), status,
+                     status in RETRYABLE_STATUSES if retryable is None else retryable)
+
+
+class LastError:
+    """The last 5xx this process answered, for /v1/healthz `last_error`."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.value: str | None = None
+
+    def record(self, err: YanaError) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._lock:
+            self.value = f"{stamp} {err.code}: {err.message}"
+
+
+last_error = LastError()
+
+
+def error_body(err: YanaError) -> dict:
     corr = context.current()
-    body = {
+    return {
         "error": err.body(),
         "run_id": corr.run_id if corr else None,
         "trace_id": corr.trace_id if corr else None,
     }
-    return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+def error_response(err: YanaError, headers: dict | None = None) -> JSONResponse:
+    if err.status >= 500:
+        last_error.record(err)
+    merged = dict(getattr(err, "headers", None) or {})
+    merged.update(headers or {})
+    return JSONResponse(error_body(err), status_code=err.status, headers=merged or None)
+
+
+def from_exception(exc: BaseException) -> YanaError:
+    """What an exception nobody handled means for the caller. Messages are fixed strings: the
+    exception's own text may hold hosts, paths or secrets."""
+    if isinstance(exc, YanaError):
+        return exc
+    if isinstance(exc, StarletteHTTPException):
+        return http_error(exc.status_code, exc.detail if isinstance(exc.detail, str) else None)
+    if isinstance(exc, (redis.exceptions.TimeoutError, httpx.TimeoutException)):
+        return YanaError("UPSTREAM_TIMEOUT", "a backing service timed out", 504, retryable=True)
+    if isinstance(exc, (redis.exceptions.ConnectionError, httpx.TransportError, ConnectionError)):
+        return YanaError("UPSTREAM_UNAVAILABLE", "a backing service is unavailable", 503, retryable=True)
+    return YanaError("INTERNAL", "internal error", 500, retryable=True)
+
+
+def validation_error(exc: RequestValidationError, schema_error_status: int = 400) -> YanaError:
+    errors = exc.errors()
+    parts = []
+    for e in errors[:5]:
+        if e.get("type") == "json_invalid":
+            parts.append(f"malformed JSON body: {(e.get('ctx') or {}).get('error', 'decode error')}")
+            continue
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
+    message = "; ".join(parts) or "invalid request"
+    malformed = any(e.get("type") in MALFORMED_TYPES for e in errors)
+    status = 400 if malformed or schema_error_status == 400 else schema_error_status
+    return http_error(status, message, retryable=False)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(YanaError)
     async def _yana(_: Request, exc: YanaError):
-        return error_response(exc, getattr(exc, "headers", None))
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError):
-        parts = []
-        for e in exc.errors()[:5]:
-            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-            parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
-        return error_response(YanaError("BAD_REQUEST", "; ".join(parts) or "invalid request", 400))
+    async def _validation(request: Request, exc: RequestValidationError):
+        resolved = request.scope.get("yana.policy")
+        status = resolved.policy.schema_error_status if resolved is not None else 400
+        return error_response(validation_error(exc, status))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
-        code = _STATUS_CODES.get(exc.status_code, "INTERNAL" if exc.status_code >= 500 else "BAD_REQUEST")
-        msg = exc.detail if isinstance(exc.detail, str) else code.lower()
-        return error_response(YanaError(code, msg, exc.status_code, exc.status_code >= 500), exc.headers)
+        return error_response(from_exception(exc), exc.headers)
 
     @app.exception_handler(Exception)
     async def _unhandled(_: Request, exc: Exception):
-        log.exception("unhandled error")
-        return error_response(YanaError("INTERNAL", "internal error", 500, retryable=True))
+        # Normally the contract middleware answers first; this is the net under it.
+        log.error("unhandled error", exc_info=exc)
+        return error_response(from_exception(exc))

@@ -1,0 +1,143 @@
+"""Idempotency-Key for job-creating POSTs (IETF draft-ietf-httpapi-idempotency-key-header).
+
+Per (caller, key) one Redis record: first an in-flight claim (SET NX with a lease), then the
+completed response. A retry with the same key and the same request gets the first response
+again (`Idempotent-Replayed: true`); the same key while the first is still running gets 409; the
+same key with another request gets 422; an empty or malformed key 400. Only 2xx responses are
+kept: after an error the key is released and a retry runs again. After a time-out the claim is
+left to expire with its lease, since the handler may still be creating the job.
+
+The request fingerprint ignores what a client legitimately varies between retries: JSON key order
+and whitespace, form field order, the multipart boundary.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from yana.errors import YanaError
+
+log = logging.getLogger("yana.idempotency")
+
+KEY_PREFIX = "yana:idem:"
+HEADER = "idempotency-key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LEN = 255
+_KEY_CHARS = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII (an sf-string without its quotes)
+# Response headers worth replaying; correlation headers are the new request's own.
+_REPLAY_HEADERS = {"content-type", "location", "preference-applied"}
+
+
+def parse_key(raw: str) -> str:
+    """The key of an Idempotency-Key header value. The draft defines it as a Structured Field
+    string ("..."); a bare token is accepted too, as most clients send one."""
+    value = raw.strip()
+    if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
+        value = re.sub(r'\\(["\\])', r"\1", value[1:-1])
+    if not value:
+        raise YanaError("BAD_REQUEST", "Idempotency-Key must not be empty", 400)
+    if len(value) > MAX_KEY_LEN or not _KEY_CHARS.match(value):
+        raise YanaError("BAD_REQUEST", f"Idempotency-Key must be 1-{MAX_KEY_LEN} visible ASCII characters", 400)
+    return value
+
+
+def fingerprint(method: str, path: str, query: bytes, content_type: str | None, body: bytes) -> str:
+    essence = (content_type or "").split(";", 1)[0].strip().lower()
+    canonical = body
+    if essence == "application/json" or essence.endswith("+json"):
+        try:
+            canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+        except ValueError:
+            pass
+    elif essence == "application/x-www-form-urlencoded":
+        canonical = repr(sorted(parse_qsl(body.decode("latin-1"), keep_blank_values=True))).encode()
+    elif essence == "multipart/form-data":
+        m = re.search(r'boundary="?([^";]+)"?', content_type or "")
+        if m:  # the boundary is random per attempt; everything else is the request
+            canonical = body.replace(m.group(1).encode("latin-1"), b"<boundary>")
+    h = hashlib.sha256()
+    for part in (method.encode(), path.encode(), b"&".join(sorted(query.split(b"&"))), essence.encode()):
+        h.update(part + b"\n")
+    h.update(canonical)
+    return h.hexdigest()
+
+
+@dataclass
+class Claim:
+    key: str
+    owner: str
+
+
+@dataclass
+class StoredResponse:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+class IdempotencyStore:
+    def __init__(self, redis: Redis, ttl_s: int):
+        self.r = redis
+        self.ttl_s = ttl_s
+
+    @staticmethod
+    def redis_key(identity: str, key: str) -> str:
+        return KEY_PREFIX + hashlib.sha256(f"{identity}\n{key}".encode()).hexdigest()
+
+    async def claim(self, identity: str, key: str, fp: str, lease_s: int) -> Claim | StoredResponse:
+        """Claim the key for this request, or return the stored response to replay.
+        Raises 409 while another request with the key runs, 422 for a different request."""
+        rkey = self.redis_key(identity, key)
+        owner = uuid.uuid4().hex
+        record = json.dumps({"state": "in_flight", "fp": fp, "owner": owner})
+        for _ in range(3):
+            if await self.r.set(rkey, record, nx=True, ex=max(1, lease_s)):
+                return Claim(rkey, owner)
+            raw = await self.r.get(rkey)
+            if raw is None:
+                continue  # expired between SET NX and GET: try to claim again
+            stored = json.loads(raw)
+            if stored.get("fp") != fp:
+                raise YanaError("UNPROCESSABLE", "Idempotency-Key was already used with a different request", 422)
+            if stored.get("state") != "complete":
+                err = YanaError("CONFLICT", "a request with this Idempotency-Key is still being processed", 409, True)
+                err.headers = {"Retry-After": "1"}  # type: ignore[attr-defined]
+                raise err
+            return StoredResponse(stored["status"], [tuple(h) for h in stored["headers"]],
+                                  base64.b64decode(stored["body"]))
+        raise YanaError("CONFLICT", "Idempotency-Key is contended, retry", 409, True)
+
+    async def complete(self, claim: Claim, fp: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        kept = [(k, v) for k, v in headers if k.lower() in _REPLAY_HEADERS]
+        record = json.dumps({"state": "complete", "fp": fp, "owner": claim.owner, "status": status,
+                             "headers": kept, "body": base64.b64encode(body).decode()})
+        await self._if_owner(claim, lambda pipe: pipe.set(claim.key, record, ex=self.ttl_s))
+
+    async def release(self, claim: Claim) -> None:
+        await self._if_owner(claim, lambda pipe: pipe.delete(claim.key))
+
+    async def _if_owner(self, claim: Claim, write) -> None:
+        """Write only while the claim is still ours (its lease may have expired and been
+        claimed by a retry): WATCH makes the check-and-write atomic."""
+        async with self.r.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(claim.key)
+                raw = await pipe.get(claim.key)
+                if raw is None or json.loads(raw).get("owner") != claim.owner:
+                    await pipe.unwatch()
+                    return
+                pipe.multi()
+                write(pipe)
+                await pipe.execute()
+            except WatchError:
+                log.info("idempotency record changed under us; left as is")

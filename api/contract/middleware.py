@@ -1,0 +1,337 @@
+"""The contract middleware: one pure-ASGI layer every request passes, whatever route it reaches.
+
+Order per request: correlation ids (set for the whole request, echoed on every response) ->
+route policy -> bearer auth -> token-bucket rate limit -> media type (415) and body cap (413) ->
+Idempotency-Key (replay / 409 / 422) -> the app under the route's time limit (408) -> versions
+added to a success JSON body that lacks them -> one JSON-lines access record.
+
+Pure ASGI rather than BaseHTTPMiddleware: the correlation context var stays visible to handlers,
+exception handlers and the access log, and streaming bodies are not wrapped in extra tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from redis.asyncio import Redis
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.contract import correlation
+from api.contract.auth import BearerAuth, caller_identity
+from api.contract.errors import error_response, from_exception
+from api.contract.idempotency import HEADER as IDEMPOTENCY_HEADER
+from api.contract.idempotency import REPLAYED_HEADER, IdempotencyStore, StoredResponse, fingerprint, parse_key
+from api.contract.policy import ResolvedPolicy, media_type_accepted
+from api.contract.ratelimit import Rate, TokenBucketLimiter
+from api.contract.routing import RouteIndex
+from yana import POLICY_VERSION, __version__, context
+from yana.clients import get_async_redis
+from yana.errors import YanaError
+from yana.settings import Settings
+
+access_log = logging.getLogger("yana.access")
+log = logging.getLogger("yana.api")
+
+INTERNAL_HEADER = "x-yana-internal"  # in-process calls of the MCP tool bridge (already limited)
+_VERSIONS = {"server_version": __version__, "policy_version": POLICY_VERSION}
+_BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    for k, v in headers:
+        if k.lower() == b"content-type":
+            essence = v.split(b";", 1)[0].strip().lower()
+            return essence == b"application/json" or essence.endswith(b"+json")
+    return False
+
+
+def add_versions(body: bytes) -> bytes:
+    """Seed 000: every success JSON body carries server_version and policy_version."""
+    if b'"server_version"' in body and b'"policy_version"' in body:
+        return body
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(data, dict):
+        return body
+    for k, v in _VERSIONS.items():
+        data.setdefault(k, v)
+    return orjson.dumps(data)
+
+
+class ResponseBuffer:
+    """Holds back a JSON response (to add the versions, to keep it for idempotent replay, and so
+    a time-out can still answer 408); anything else streams straight through."""
+
+    def __init__(self, send: Send, *, envelope: bool, capture: bool):
+        self._send = send
+        self.envelope = envelope
+        self.capture = capture
+        self.start: Message | None = None
+        self.chunks: list[bytes] = []
+        self.forwarded = False
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = b""
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+            self.status = message["status"]
+            self.headers = list(message.get("headers", []))
+            if not (self.capture or (self.envelope and _is_json(self.headers))):
+                self.forwarded = True
+                await self._send(message)
+            return
+        if message["type"] == "http.response.body" and not self.forwarded:
+            self.chunks.append(message.get("body", b""))
+            return
+        await self._send(message)
+
+    async def flush(self) -> None:
+        if self.forwarded or self.start is None:
+            return
+        body = b"".join(self.chunks)
+        if self.envelope and 200 <= self.status < 300 and _is_json(self.headers):
+            body = add_versions(body)
+        self.body = body
+        headers = [(k, v) for k, v in self.headers if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        self.headers = headers
+        self.forwarded = True
+        await self._send({**self.start, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def capped_receive(receive: Receive, cap: int) -> Receive:
+    """Counts body bytes as they arrive; over the cap -> 413 (an HTTPException, so FastAPI's body
+    reader passes it on instead of turning it into a 400)."""
+    seen = 0
+
+    async def wrapped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > cap:
+                raise StarletteHTTPException(413, f"request body exceeds {cap} bytes")
+        return message
+
+    return wrapped
+
+
+async def read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise YanaError("BAD_REQUEST", "client disconnected before the body was complete", 400)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying_receive(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def wrapped() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return wrapped
+
+
+def app_redis(app: FastAPI) -> Redis:
+    """The app's async Redis client (made by the lifespan; lazily here when served without one,
+    e.g. through a bare ASGI transport)."""
+    r = getattr(app.state, "redis", None)
+    if r is None:
+        settings = getattr(app.state, "settings", None)
+        r = app.state.redis = get_async_redis(settings)
+    return r
+
+
+class ContractMiddleware:
+    def __init__(self, app: ASGIApp, *, fastapi_app: FastAPI, settings: Settings, internal_secret: str):
+        self.app = app
+        self.fastapi_app = fastapi_app
+        self.settings = settings
+        self.routes = RouteIndex(fastapi_app, settings)
+        self.auth = BearerAuth(settings)
+        self.default_rate = Rate.parse(settings.rate_limit, settings.rate_burst)
+        self.internal_secret = internal_secret.encode()
+        self._limiter: tuple[Redis, TokenBucketLimiter] | None = None
+
+    # -- shared state -------------------------------------------------------------------------
+    def redis(self) -> Redis:
+        return app_redis(self.fastapi_app)
+
+    def limiter(self) -> TokenBucketLimiter:
+        r = self.redis()
+        if self._limiter is None or self._limiter[0] is not r:
+            self._limiter = (r, TokenBucketLimiter(r))
+        return self._limiter[1]
+
+    # -- entry ----------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        corr, tracestate = correlation.from_headers(scope.get("headers", []))
+        scope["headers"] = correlation.rewrite_request_headers(scope.get("headers", []), corr, tracestate)
+        ctx_token = context.set_current(corr)
+        route_ctx, resolved = self.routes.match(scope)
+        scope["yana.policy"] = resolved
+        echo = correlation.response_headers(corr, tracestate)
+        outcome: dict[str, Any] = {"status": 500, "started": False}
+
+        async def send_out(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                outcome["status"] = message["status"]
+                outcome["started"] = True
+                elapsed = f"{(time.perf_counter() - started) * 1000:.1f}".encode()
+                message = {**message, "headers": [*message.get("headers", []), *echo,
+                                                   (b"x-request-duration-ms", elapsed)]}
+            await send(message)
+
+        try:
+            await self.handle(scope, receive, send_out, resolved)
+        except Exception as exc:  # noqa: BLE001 - every failure leaves as the seed's error body
+            err = from_exception(exc)
+            if err.status >= 500:
+                log.error("unhandled error", exc_info=exc)
+            if outcome["started"]:
+                raise
+            await error_response(err)(scope, receive, send_out)
+        finally:
+            access_log.info(
+                "request",
+                extra={
+                    "method": scope.get("method"),
+                    "route": resolved.route_path,
+                    "path": scope.get("path", "")[:200],
+                    "operation_id": resolved.operation_id,
+                    "status": outcome["status"],
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                },
+            )
+            context.reset(ctx_token)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy) -> None:
+        headers = Headers(scope=scope)
+        client = scope.get("client")
+        identity = None
+        if not rp.policy.public:
+            token = self.auth.authenticate(headers.get("authorization"))
+            identity = caller_identity(token, client[0] if client else None)
+            if not self._internal(headers):
+                await self.check_rate(identity, rp)
+
+        method = scope.get("method", "GET")
+        length_header = headers.get("content-length")
+        try:
+            length = int(length_header) if length_header is not None else None
+        except ValueError:
+            raise YanaError("BAD_REQUEST", "invalid Content-Length", 400) from None
+        has_body = (length or 0) > 0 or "transfer-encoding" in headers
+        if has_body and rp.media_types and method in _BODY_METHODS:
+            if not media_type_accepted(headers.get("content-type"), rp.media_types):
+                raise YanaError("UNSUPPORTED_MEDIA_TYPE",
+                                f"Content-Type must be one of: {', '.join(rp.media_types)}", 415)
+        if length is not None and length > rp.body_cap:
+            raise YanaError("PAYLOAD_TOO_LARGE", f"request body exceeds {rp.body_cap} bytes", 413)
+        receive = capped_receive(receive, rp.body_cap)
+
+        raw_key = headers.get(IDEMPOTENCY_HEADER)
+        if rp.idempotent and method == "POST" and raw_key is not None:
+            await self.idempotent_call(scope, receive, send, rp, identity or caller_identity(None, None), raw_key)
+            return
+        await self.call_app(scope, receive, send, rp)
+
+    def _internal(self, headers: Headers) -> bool:
+        given = headers.get(INTERNAL_HEADER)
+        return given is not None and hmac.compare_digest(given.encode(), self.internal_secret)
+
+    async def check_rate(self, identity: str, rp: ResolvedPolicy) -> None:
+        if rp.bucket == "default":
+            rate = self.default_rate
+        else:
+            rate = Rate.parse(rp.policy.rate or self.settings.rate_limit, rp.policy.burst or self.settings.rate_burst)
+        decision = await self.limiter().hit_or_allow(f"{rp.bucket}:{identity}", rate)
+        if not decision.allowed:
+            err = YanaError("RATE_LIMITED", f"rate limit exceeded; retry in {decision.retry_after_s} s", 429, True)
+            err.headers = {"Retry-After": str(decision.retry_after_s)}  # type: ignore[attr-defined]
+            raise err
+
+    async def call_app(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy,
+                       *, capture: bool = False) -> ResponseBuffer:
+        buffer = ResponseBuffer(send, envelope=rp.api_route, capture=capture)
+        limit = rp.timeout(self.settings)
+        if not limit:
+            await self.app(scope, receive, buffer.send)
+        else:
+            try:
+                async with asyncio.timeout(limit) as deadline:
+                    await self.app(scope, receive, buffer.send)
+            except TimeoutError:
+                if not deadline.expired() or buffer.forwarded:
+                    raise
+                raise YanaError("REQUEST_TIMEOUT", f"request exceeded its {limit:g} s time limit", 408, True) from None
+        await buffer.flush()
+        return buffer
+
+    async def idempotent_call(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy,
+                              identity: str, raw_key: str) -> None:
+        key = parse_key(raw_key)
+        body = await read_body(receive)
+        headers = Headers(scope=scope)
+        fp = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""),
+                         headers.get("content-type"), body)
+        store = IdempotencyStore(self.redis(), self.settings.idempotency_ttl_s)
+        lease_s = int((rp.timeout(self.settings) or self.settings.request_timeout_s) + 30)
+        claimed = await store.claim(identity, key, fp, lease_s)
+        if isinstance(claimed, StoredResponse):
+            await self.replay(send, claimed, rp)
+            return
+        try:
+            buffer = await self.call_app(scope, replaying_receive(body, receive), send, rp, capture=True)
+        except YanaError as err:
+            if err.status != 408:  # after a time-out the handler may still run: keep the claim
+                await store.release(claimed)
+            raise
+        except BaseException:
+            await store.release(claimed)
+            raise
+        if 200 <= buffer.status < 300:
+            text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in buffer.headers]
+            await store.complete(claimed, fp, buffer.status, text_headers, buffer.body)
+        else:
+            await store.release(claimed)
+
+    async def replay(self, send: Send, stored: StoredResponse, rp: ResolvedPolicy) -> None:
+        body = stored.body
+        if rp.policy.replay_dedup:
+            try:
+                data = orjson.loads(body)
+                if isinstance(data, dict):
+                    data["dedup"] = True
+                    body = orjson.dumps(data)
+            except orjson.JSONDecodeError:
+                pass
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in stored.headers]
+        headers += [(REPLAYED_HEADER.lower().encode(), b"true"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": stored.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})

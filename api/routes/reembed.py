@@ -1,0 +1,93 @@
+"""Re-embedding and collections: POST /v1/reembed (job), GET /v1/collections, DELETE /v1/collections/{name}."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from api.jobs_common import JobAccepted, accept_job
+from api.schemas import ERRORS, Envelope
+from pipelines import embedding, vector_index
+from yana.clients import get_chroma, get_redis
+from yana.errors import YanaError
+
+router = APIRouter(prefix="/v1", tags=["collections"])
+
+
+class ReembedRequest(BaseModel):
+    model: str = Field(..., min_length=1, max_length=500, description="embedding model (EMBED_MODEL names)")
+    callback_url: str | None = Field(None, max_length=2048, description="POSTed the job record when it ends")
+
+
+class CollectionInfo(BaseModel):
+    name: str
+    model: str | None
+    dim: int | None
+    count: int
+    active: bool
+
+
+class CollectionList(Envelope):
+    collections: list[CollectionInfo]
+    active: str | None
+    building: str | None = None
+
+
+class Dropped(Envelope):
+    dropped: str
+
+
+@router.post(
+    "/reembed",
+    operation_id="reembed",
+    status_code=202,
+    response_model=JobAccepted,
+    responses=ERRORS(409, 503),
+    summary="Re-embed every stored text with another model into a new collection, then swap the alias",
+)
+async def reembed(body: ReembedRequest) -> dict:
+    model = embedding.canonical_model_name(body.model)
+    if not await asyncio.to_thread(embedding.model_available, model):
+        raise YanaError("MODEL_UNAVAILABLE", f"embedding model {model!r} is not on this machine", 503)
+    return await asyncio.to_thread(accept_job, "reembed", {"model": model}, body.callback_url)
+
+
+def _list() -> dict:
+    from pipelines.ingest import BUILDING_KEY
+
+    r = get_redis()
+    return {"collections": vector_index.list_collections(get_chroma(), r), "active": vector_index.active_name(r),
+            "building": r.get(BUILDING_KEY)}
+
+
+@router.get(
+    "/collections",
+    operation_id="list_collections",
+    response_model=CollectionList,
+    responses=ERRORS(503),
+    summary="Vector collections (model, dimension, size) and which one is active",
+)
+async def list_collections() -> dict:
+    return await asyncio.to_thread(_list)
+
+
+@router.delete(
+    "/collections/{name}",
+    operation_id="drop_collection",
+    response_model=Dropped,
+    responses=ERRORS(404, 409),
+    summary="Delete a collection that is not active (e.g. the one a re-embed replaced)",
+)
+async def drop_collection(name: str) -> dict:
+    from pipelines.ingest import BUILDING_KEY
+
+    def _drop():
+        r = get_redis()
+        if name == r.get(BUILDING_KEY):
+            raise YanaError("CONFLICT", f"{name!r} is being built by a re-embed", 409)
+        vector_index.drop_collection(get_chroma(), r, name)
+
+    await asyncio.to_thread(_drop)
+    return {"dropped": name}

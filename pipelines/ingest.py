@@ -1,0 +1,300 @@
+"""The ingest job body: label images and text documents into the active collection.
+
+Per image: bytes (uploaded / import folder / URL) → safe decode → sha1 → 64-bit pHash → stored under
+DATA_DIR/images → atomic near-duplicate check-and-insert (pipelines.phash_index) → label text from
+the uploader's fields → chunks ≤ MAX_CHUNK_CHARS → embeddings, batched across the items of a batch →
+upsert with content-derived ids into the active collection (and into a collection a re-embed is
+building, so the swap loses nothing).
+
+Resumable and idempotent: items are processed in batches in order; each batch's outcomes are
+written to Redis and the cursor (next item) to the job's meta. A redelivered job (killed worker)
+starts at the cursor; items of the interrupted batch find their own pHash insert ("self", by owner
+token job:index) and upsert again under the same ids, so every image is indexed exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from pipelines import chunking, imaging, labels, sources, vector_index
+from pipelines.embedding import get_embedder
+from pipelines.phash_index import shared_index
+from yana.errors import YanaError
+from yana.settings import Settings, get_settings
+
+log = logging.getLogger("yana.ingest")
+
+OUTCOMES_KEY = "yana:ingest:{job_id}:items"  # hash item index -> outcome JSON
+DUPS_KEY = "yana:phash:dups"  # hash sha1 -> {dedup_of, distance, phash, file_path, at} (dedup report)
+BUILDING_KEY = "yana:collection:building"  # collection a re-embed is filling (ingest writes there too)
+LABEL_FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
+
+
+class JobHandle(Protocol):
+    """What the ingest body needs of its job (workers.base_task.JobContext fits)."""
+
+    job_id: str
+    meta: dict
+
+    def progress(self, stage: str, done: int, total: int) -> None: ...
+
+    def save_meta(self, **values: Any) -> None: ...
+
+
+class _NoJob:
+    """Lets the pipeline run outside a job (tests, scripts): progress and cursor kept in memory."""
+
+    def __init__(self, job_id: str = "local"):
+        self.job_id = job_id
+        self.meta: dict = {}
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        pass
+
+    def save_meta(self, **values: Any) -> None:
+        self.meta.update(values)
+
+
+def empty_outcome(index: int, name: str | None = None) -> dict:
+    return {"index": index, "name": name, "id": None, "dedup": False, "dedup_of": None, "distance": None,
+            "hash_sha1": None, "phash": None, "file_path": None, "error": None}
+
+
+# --- writing chunks ------------------------------------------------------------------------
+
+
+def write_targets(r) -> list[str]:
+    """Collections a new chunk must go into: the active one, and the one a re-embed is building."""
+    out = [n for n in (vector_index.active_name(r), r.get(BUILDING_KEY)) if n]
+    return list(dict.fromkeys(out))
+
+
+def write_chunks(r, chroma, chunks: list[dict]) -> None:
+    """Embed and upsert chunks {id, text, metadata} into every write target (each with its model).
+
+    The targets are read again after writing: a swap or a re-embed starting meanwhile still gets
+    these chunks (upserts are idempotent)."""
+    if not chunks:
+        return
+    if not vector_index.active_name(r):
+        vector_index.active_collection(chroma, r)  # first use: create the default collection
+    done: set[str] = set()
+    for _ in range(3):
+        pending = [n for n in write_targets(r) if n not in done]
+        if not pending:
+            return
+        for name in pending:
+            try:
+                col = vector_index.open_collection(chroma, name)
+            except YanaError:
+                if name == r.get(BUILDING_KEY):  # a re-embed that just finished or was dropped
+                    done.add(name)
+                    continue
+                raise
+            model, _dim = vector_index.collection_model(col)
+            emb = get_embedder(model).embed_passages([c["text"] for c in chunks])
+            vector_index.upsert_chunks(col, [{**c, "embedding": e} for c, e in zip(chunks, emb)], r=r, model=model)
+            done.add(name)
+
+
+def label_chunks(record: dict, fields: dict, max_chars: int) -> list[dict]:
+    text = labels.label_text(fields)
+    parts = chunking.chunk_text(text, max_chars) or [record["id"]]
+    return [
+        {"id": labels.chunk_id(record["id"], k), "text": part, "metadata": {**record, "chunk_index": k}}
+        for k, part in enumerate(parts)
+    ]
+
+
+# --- images --------------------------------------------------------------------------------
+
+
+def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict, dict | None]:
+    """Decode, hash, store, check-and-insert one image. Returns (outcome, label record or None)."""
+    i = int(item["index"])
+    out = empty_outcome(i, item.get("name"))
+    fields = {k: item.get("fields", {}).get(k) for k in LABEL_FIELDS}
+    try:
+        if fields.get("category") not in labels.CATEGORIES:
+            raise YanaError("BAD_CATEGORY", f"category must be one of {labels.CATEGORIES}", 400)
+        data = sources.read_source(
+            item["source"], data_dir=s.data_dir, import_dir=s.import_dir, allow=s.fetch_allow,
+            timeout_s=s.fetch_timeout_s, max_bytes=min(s.max_image_bytes, s.fetch_max_bytes)
+            if item["source"].get("kind") == "url" else s.max_image_bytes,
+        )
+        dec = imaging.decode_image(data, max_bytes=s.max_image_bytes, max_pixels=s.max_image_pixels)
+        sha1 = imaging.sha1_hex(data)
+        ph = imaging.phash_hex(dec.image)
+        out.update(hash_sha1=sha1, phash=ph)
+        file_path = imaging.store_image(s.data_dir, sha1, dec.format, data)
+        out["file_path"] = file_path
+        res = index.check_and_insert(ph, sha1, owner=f"{job_id}:{i}", file_path=file_path)
+    except YanaError as exc:
+        out["error"] = exc.body()
+        return out, None
+    out["id"] = res.label_id
+    if res.status == "dedup":
+        out.update(dedup=True, dedup_of=res.label_id, distance=res.distance)
+        return out, None
+    iso, ts = labels.now_stamp()
+    record = {
+        "id": res.label_id, "doc_id": res.label_id, "source": "label", **{k: fields.get(k) for k in LABEL_FIELDS if k != "text"},
+        "file_path": file_path, "hash_sha1": sha1, "phash": ph, "ingested_at": iso, "ingested_at_ts": ts,
+    }
+    return out, {"record": record, "fields": fields}
+
+
+def _record_dups(r, outcomes: list[dict]) -> None:
+    dups = {o["hash_sha1"]: orjson.dumps({"dedup_of": o["dedup_of"], "distance": o["distance"], "phash": o["phash"],
+                                           "file_path": o["file_path"], "at": time.time()}).decode()
+            for o in outcomes if o["dedup"] and o["hash_sha1"]}
+    if dups:
+        r.hset(DUPS_KEY, mapping=dups)
+
+
+def ingest_images(ctx: JobHandle, items: list[dict], *, r, chroma, s: Settings | None = None,
+                  done_before: int = 0, total: int | None = None) -> None:
+    """Process items from the cursor in ctx.meta on; outcomes go to OUTCOMES_KEY."""
+    s = s or get_settings()
+    index = shared_index(r, s.phash_threshold)
+    key = OUTCOMES_KEY.format(job_id=ctx.job_id)
+    total = total if total is not None else len(items)
+    cursor = int(ctx.meta.get("cursor") or 0)
+    batch_size = max(1, s.ingest_batch_size)
+    while cursor < len(items):
+        batch = items[cursor : cursor + batch_size]
+        outcomes, labels_to_write = [], []
+        for item in batch:
+            out, lab = _prepare_item(item, job_id=ctx.job_id, s=s, index=index)
+            outcomes.append(out)
+            if lab:
+                labels_to_write.append((out, lab))
+        chunks = [c for _o, lab in labels_to_write for c in label_chunks(lab["record"], lab["fields"], s.max_chunk_chars)]
+        try:
+            write_chunks(r, chroma, chunks)
+        except Exception:
+            # Nothing of this batch reached the index: take its pHash entries back so a later try
+            # (or another upload) is not reported as a duplicate of a label that does not exist.
+            for out, _lab in labels_to_write:
+                index.remove(out["hash_sha1"])
+            raise
+        _record_dups(r, outcomes)
+        with r.pipeline(transaction=True) as p:
+            p.hset(key, mapping={str(o["index"]): orjson.dumps(o).decode() for o in outcomes})
+            p.expire(key, s.job_retention_s)
+            p.execute()
+        cursor += len(batch)
+        ctx.save_meta(cursor=cursor)
+        ctx.progress("ingest", done_before + cursor, total)
+
+
+# --- text documents ------------------------------------------------------------------------
+
+
+def ingest_documents(ctx: JobHandle, documents: list[dict], *, r, chroma, s: Settings | None = None,
+                     done_before: int = 0, total: int | None = None) -> None:
+    s = s or get_settings()
+    key = OUTCOMES_KEY.format(job_id=ctx.job_id)
+    total = total if total is not None else len(documents)
+    cursor = int(ctx.meta.get("doc_cursor") or 0)
+    while cursor < len(documents):
+        doc = documents[cursor]
+        out = {"index": f"doc:{cursor}", "id": doc.get("id"), "dedup": False, "chunks": 0, "error": None}
+        try:
+            out["chunks"] = write_document(r, chroma, doc, s)
+        except YanaError as exc:
+            out["error"] = exc.body()
+        r.hset(key, f"doc:{cursor}", orjson.dumps(out).decode())
+        r.expire(key, s.job_retention_s)
+        cursor += 1
+        ctx.save_meta(doc_cursor=cursor)
+        ctx.progress("ingest", done_before + cursor, total)
+
+
+def write_document(r, chroma, doc: dict, s: Settings) -> int:
+    doc_id = str(doc.get("id") or "").strip()
+    text = str(doc.get("text") or "")
+    if not doc_id or not text.strip():
+        raise YanaError("BAD_DOCUMENT", "a text document needs an id and non-empty text", 400)
+    iso, ts = labels.now_stamp()
+    meta = {k: v for k, v in (doc.get("metadata") or {}).items() if k not in labels.SCHEMA_KEYS or k in labels.STRING_FIELDS or k == "label_features"}
+    record = {**meta, "id": doc_id, "doc_id": doc_id, "source": "text", "ingested_at": iso, "ingested_at_ts": ts}
+    key = labels.text_doc_key(doc_id)
+    parts = chunking.chunk_text(text, s.max_chunk_chars)
+    chunks = [{"id": labels.chunk_id(key, k), "text": p, "metadata": {**record, "chunk_index": k}} for k, p in enumerate(parts)]
+    write_chunks(r, chroma, chunks)
+    # A shorter new version leaves old chunk ids behind: remove them in every target.
+    keep = {c["id"] for c in chunks}
+    for name in write_targets(r):
+        col = vector_index.open_collection(chroma, name)
+        old = col.get(where={"doc_id": doc_id}, include=[])["ids"]
+        vector_index.delete_chunks(col, [i for i in old if i not in keep], r=r)
+    return len(chunks)
+
+
+# --- the job -------------------------------------------------------------------------------
+
+
+def summarise(r, job_id: str, n_items: int, n_docs: int) -> dict:
+    raw = r.hgetall(OUTCOMES_KEY.format(job_id=job_id))
+    items = [orjson.loads(raw[str(i)]) for i in range(n_items) if str(i) in raw]
+    docs = [orjson.loads(raw[f"doc:{i}"]) for i in range(n_docs) if f"doc:{i}" in raw]
+    result: dict[str, Any] = {
+        "indexed": sum(1 for o in items if not o["error"] and not o["dedup"]),
+        "dedup": sum(1 for o in items if o["dedup"]),
+        "failed": sum(1 for o in items if o["error"]) + sum(1 for d in docs if d["error"]),
+        "documents": sum(1 for d in docs if not d["error"]),
+        "total": n_items + n_docs,
+        "items": items,
+    }
+    if docs:
+        result["document_items"] = docs
+    if n_items == 1 and not n_docs and items:  # one image: the seed's flat response fields too
+        one = items[0]
+        result.update({k: one[k] for k in ("id", "hash_sha1", "phash", "file_path", "dedup_of", "distance", "error")})
+        result["dedup"] = one["dedup"]
+        result["dedup_count"] = 1 if one["dedup"] else 0
+    return result
+
+
+def run_ingest(ctx: JobHandle | None, *, items: list[dict] | None = None, documents: list[dict] | None = None,
+               r=None, chroma=None, s: Settings | None = None, **_ignored) -> dict:
+    """The whole job: images first, then documents; returns the aggregate result."""
+    from yana.clients import get_chroma, get_redis
+
+    ctx = ctx or _NoJob()
+    s = s or get_settings()
+    r = r if r is not None else get_redis(s)
+    chroma = chroma if chroma is not None else get_chroma(s)
+    items, documents = items or [], documents or []
+    total = len(items) + len(documents)
+    ctx.progress("ingest", int(ctx.meta.get("cursor") or 0) + int(ctx.meta.get("doc_cursor") or 0), total)
+    ingest_images(ctx, items, r=r, chroma=chroma, s=s, total=total)
+    ingest_documents(ctx, documents, r=r, chroma=chroma, s=s, done_before=len(items), total=total)
+    result = summarise(r, ctx.job_id, len(items), len(documents))
+    _cleanup_incoming(s.data_dir, ctx.job_id)
+    if total == 1 and result["failed"]:  # one item: its failure is the job's (code and message)
+        err = (result["items"] or result.get("document_items"))[0]["error"]
+        raise YanaError(err["code"], err["message"], 422, bool(err.get("retryable")))
+    return result
+
+
+def _cleanup_incoming(data_dir: Path, job_id: str) -> None:
+    """Uploaded bytes are kept (content-addressed) under images/; the staging copies can go."""
+    folder = Path(data_dir) / "incoming" / job_id
+    if not folder.is_dir():
+        return
+    for p in folder.iterdir():
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,367 @@
+"""Near-duplicate index of 64-bit pHashes: exact, fast at a million, atomic across hosts.
+
+Truth lives in Redis, as an append-only log plus a sha1 map:
+
+  yana:phash:log    string of fixed 33-byte records: op ('+' add, '-' remove), 16 hex pHash,
+                    16 hex key (the first 16 hex of the image's sha1; label id = "label_" + key)
+  yana:phash:sha1   hash sha1 -> "label_id|phash|owner|file_path" for every indexed image (exact
+                    duplicates, and a redelivered item recognising its own earlier insert by `owner`)
+
+Every process keeps an in-memory copy of the log (read incrementally by offset) organised as a
+multi-index hash (Norouzi et al., "Fast exact search in Hamming space with multi-index hashing"):
+the 64 bits are cut into m = 4 blocks of 16 bits; with threshold t = q*m + a, any code within
+distance t of the query has one of the first a+1 blocks within q of the query's block or one of the
+others within q-1 (pigeonhole), so probing those block neighbourhoods in sorted block tables finds
+every match: recall is exactly that of a brute-force scan. Candidates are verified with popcount.
+
+Check-and-insert is one Lua script: the process first searches its copy up to log offset N, then the
+script (atomically) scans only the records appended after N, takes the nearest match within t, and
+appends the new record only when there is none. Two workers racing with near-duplicates therefore
+serialise in Redis: exactly one is indexed, the other learns it is a duplicate of it and how far.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+LOG_KEY = "yana:phash:log"
+SHA1_KEY = "yana:phash:sha1"
+REC = 33
+BLOCKS = 4
+BLOCK_BITS = 16
+TAIL_CAP = 4096  # records the script scans itself; beyond that the caller syncs first
+
+_HEX = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _HEX[_c] = 10 + _i
+
+# KEYS: log, sha1 map. ARGV: phash(16 hex), sha1, key(16 hex), owner, offset, best_key, best_d, t, cap,
+# file_path
+_CHECK_AND_INSERT = """
+local log, map = KEYS[1], KEYS[2]
+local ph, sha1, key, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local offset, best_key, best_d = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local t, cap = tonumber(ARGV[8]), tonumber(ARGV[9])
+local ex = redis.call('HGET', map, sha1)
+if ex then return {'exists', ex} end
+local len = redis.call('STRLEN', log)
+local n = len / 33
+if n - offset > cap then return {'stale', tostring(n)} end
+if n > offset then
+  local pc = {}
+  for i = 0, 255 do
+    local c, v = 0, i
+    while v > 0 do c = c + (v % 2); v = math.floor(v / 2) end
+    pc[i] = c
+  end
+  local function popcount32(x)
+    return pc[bit.band(x, 255)] + pc[bit.band(bit.rshift(x, 8), 255)]
+         + pc[bit.band(bit.rshift(x, 16), 255)] + pc[bit.rshift(x, 24)]
+  end
+  local qh, ql = tonumber(string.sub(ph, 1, 8), 16), tonumber(string.sub(ph, 9, 16), 16)
+  local tail = redis.call('GETRANGE', log, offset * 33, len - 1)
+  for pos = 1, #tail, 33 do
+    if string.sub(tail, pos, pos) == '-' then return {'stale', tostring(n)} end
+    local h = tonumber(string.sub(tail, pos + 1, pos + 8), 16)
+    local l = tonumber(string.sub(tail, pos + 9, pos + 16), 16)
+    local d = popcount32(bit.bxor(qh, h)) + popcount32(bit.bxor(ql, l))
+    if d <= t and (best_d < 0 or d < best_d) then
+      best_d = d
+      best_key = string.sub(tail, pos + 17, pos + 32)
+    end
+  end
+end
+if best_d >= 0 and best_d <= t then return {'dedup', best_key, tostring(best_d)} end
+redis.call('APPEND', log, '+' .. ph .. key)
+redis.call('HSET', map, sha1, 'label_' .. key .. '|' .. ph .. '|' .. owner .. '|' .. ARGV[10])
+return {'indexed', tostring(n + 1)}
+"""
+
+# KEYS: log, sha1 map. ARGV: sha1. Appends a tombstone for the image's record.
+_REMOVE = """
+local ex = redis.call('HGET', KEYS[2], ARGV[1])
+if not ex then return 0 end
+local sep = string.find(ex, '|', 1, true)
+local ph = string.sub(ex, sep + 1, sep + 16)
+redis.call('APPEND', KEYS[1], '-' .. ph .. string.sub(ARGV[1], 1, 16))
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+"""
+
+
+@dataclass
+class Outcome:
+    status: str  # "indexed" | "self" (our own earlier insert) | "dedup"
+    label_id: str  # ours when indexed/self, the existing label's when dedup
+    distance: int = 0
+    phash: str = ""
+
+
+def label_of_key(key: str) -> str:
+    return f"label_{key}"
+
+
+def parse_records(raw: bytes | str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Log bytes → (ops as uint8, pHash uint64, key uint64)."""
+    buf = raw.encode("ascii") if isinstance(raw, str) else raw
+    a = np.frombuffer(buf, dtype=np.uint8).reshape(-1, REC)
+    nib = _HEX[a[:, 1:]].astype(np.uint64)
+    if (nib == 255).any():
+        raise ValueError("corrupt pHash log record")
+    shifts = np.arange(60, -1, -4, dtype=np.uint64)
+    codes = np.bitwise_or.reduce(nib[:, :16] << shifts, axis=1)
+    keys = np.bitwise_or.reduce(nib[:, 16:] << shifts, axis=1)
+    return a[:, 0], codes, keys
+
+
+def _masks(bits: int, radius: int) -> np.ndarray:
+    """All `bits`-bit values of popcount <= radius (the XOR masks of a Hamming ball)."""
+    if radius < 0:
+        return np.zeros(0, dtype=np.uint64)
+    v = np.arange(1 << bits, dtype=np.uint64)
+    return v[np.bitwise_count(v) <= radius]
+
+
+def probe_radii(threshold: int, m: int = BLOCKS) -> list[int]:
+    """Per-block search radius so that every code within `threshold` is found (pigeonhole)."""
+    q, a = divmod(threshold, m)
+    return [q if j <= a else q - 1 for j in range(m)]
+
+
+class MultiIndex:
+    """In-memory exact Hamming-radius search over 64-bit codes (no Redis)."""
+
+    def __init__(self, threshold: int):
+        if not 0 <= threshold <= 20:
+            raise ValueError("threshold must be within 0..20")
+        self.threshold = threshold
+        self.radii = probe_radii(threshold)
+        self._mask_cache = {r: _masks(BLOCK_BITS, r) for r in set(self.radii)}
+        # Storage grows by doubling, so tailing the log one record at a time stays O(1) amortised.
+        self._codes = np.zeros(1024, dtype=np.uint64)
+        self._keys = np.zeros(1024, dtype=np.uint64)
+        self._alive = np.zeros(1024, dtype=bool)
+        self.n = 0
+        self._pos: dict[int, int] = {}  # key -> row
+        self._sorted: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per block: (offsets, codes, rows)
+        self._n_sorted = 0  # rows [0, n_sorted) are in the sorted tables; the rest is a scanned tail
+
+    def __len__(self) -> int:
+        return len(self._pos)
+
+    @property
+    def codes(self) -> np.ndarray:
+        return self._codes[: self.n]
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self._keys[: self.n]
+
+    @property
+    def alive(self) -> np.ndarray:
+        return self._alive[: self.n]
+
+    def add_many(self, codes: np.ndarray, keys: np.ndarray) -> None:
+        start, m = self.n, len(codes)
+        if start + m > len(self._codes):
+            cap = max(start + m, 2 * len(self._codes))
+            for name in ("_codes", "_keys", "_alive"):
+                old = getattr(self, name)
+                new = np.zeros(cap, dtype=old.dtype)
+                new[:start] = old[:start]
+                setattr(self, name, new)
+        self._codes[start : start + m] = codes
+        self._keys[start : start + m] = keys
+        self._alive[start : start + m] = True
+        self.n = start + m
+        for i, k in enumerate(np.asarray(keys).tolist()):
+            self._pos[int(k)] = start + i
+        tail = self.n - self._n_sorted
+        if tail > max(2048, self._n_sorted // 16):
+            self._rebuild()
+
+    def remove_key(self, key: int) -> None:
+        row = self._pos.pop(int(key), None)
+        if row is not None:
+            self._alive[row] = False
+
+    def _rebuild(self) -> None:
+        """Per block: rows sorted by the block's value, their codes in that order (so a bucket's
+        candidates are contiguous in memory) and bucket offsets (a bucket is found in O(1))."""
+        self._sorted = []
+        codes = self.codes
+        for j in range(BLOCKS):
+            shift = np.uint64(BLOCK_BITS * (BLOCKS - 1 - j))
+            block = ((codes >> shift) & np.uint64(0xFFFF)).astype(np.int64)
+            order = np.argsort(block, kind="stable")
+            offsets = np.zeros((1 << BLOCK_BITS) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(block, minlength=1 << BLOCK_BITS), out=offsets[1:])
+            self._sorted.append((offsets, codes[order], order.astype(np.int64)))
+        self._n_sorted = self.n
+
+    def search(self, code: int, radius: int | None = None) -> list[tuple[int, int]]:
+        """All (key, distance) within `radius` (<= threshold), nearest first."""
+        radius = self.threshold if radius is None else min(radius, self.threshold)
+        q = np.uint64(code)
+        hit_rows, hit_d = [], []
+        for j, (offsets, block_codes, rows) in enumerate(self._sorted):
+            masks = self._mask_cache[self.radii[j]]
+            if not len(masks):
+                continue
+            qb = (code >> (BLOCK_BITS * (BLOCKS - 1 - j))) & 0xFFFF
+            probe = (masks ^ np.uint64(qb)).astype(np.int64)
+            lo, hi = offsets[probe], offsets[probe + 1]
+            lens = hi - lo
+            total = int(lens.sum())
+            if total == 0:
+                continue
+            # Concatenate the buckets [lo, hi) without a Python loop.
+            idx = np.repeat(lo - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(total)
+            d = np.bitwise_count(block_codes[idx] ^ q)
+            ok = d <= radius
+            if ok.any():
+                hit_rows.append(rows[idx[ok]])
+                hit_d.append(d[ok])
+        if self._n_sorted < self.n:  # recent additions not in the tables yet: scanned directly
+            d = np.bitwise_count(self._codes[self._n_sorted : self.n] ^ q)
+            ok = np.nonzero(d <= radius)[0]
+            hit_rows.append(ok + self._n_sorted)
+            hit_d.append(d[ok])
+        if not hit_rows:
+            return []
+        rows_all = np.concatenate(hit_rows)
+        d_all = np.concatenate(hit_d)
+        rows_u, first = np.unique(rows_all, return_index=True)  # found via two blocks: once
+        d_u = d_all[first]
+        live = self._alive[rows_u]
+        rows_u, d_u = rows_u[live], d_u[live]
+        order = np.lexsort((rows_u, d_u))
+        return [(int(self._keys[rows_u[i]]), int(d_u[i])) for i in order]
+
+    def nearest(self, code: int) -> tuple[int, int] | None:
+        hits = self.search(code)
+        return hits[0] if hits else None
+
+
+class PHashIndex:
+    """The Redis-backed index; one instance per process (see `shared_index`)."""
+
+    def __init__(self, r, threshold: int, *, log_key: str = LOG_KEY, sha1_key: str = SHA1_KEY):
+        self.r = r
+        self.threshold = threshold
+        self.log_key, self.sha1_key = log_key, sha1_key
+        self.local = MultiIndex(threshold)
+        self.offset = 0  # records of the log applied to `local`
+        self._lock = threading.Lock()
+        self._check = r.register_script(_CHECK_AND_INSERT)
+        self._remove = r.register_script(_REMOVE)
+
+    def sync(self) -> int:
+        """Apply log records appended since the last sync. Returns how many were read."""
+        with self._lock:
+            length = int(self.r.strlen(self.log_key))
+            if length < self.offset * REC:  # the log was reset under us (a wiped Redis): start over
+                self.local = MultiIndex(self.threshold)
+                self.offset = 0
+            start = self.offset * REC
+            raw = self.r.getrange(self.log_key, start, -1) if length > start else ""
+            n = len(raw) // REC
+            if n == 0:
+                return 0
+            raw = raw[: n * REC]
+            ops, codes, keys = parse_records(raw)
+            adds = ops == ord("+")
+            if adds.all():
+                self.local.add_many(codes, keys)
+            else:  # apply in order so a remove after an add of the same key wins
+                for op, c, k in zip(ops.tolist(), codes, keys):
+                    if op == ord("+"):
+                        self.local.add_many(np.array([c]), np.array([k]))
+                    else:
+                        self.local.remove_key(int(k))
+            self.offset += n
+            return n
+
+    def search(self, phash_hex: str, radius: int | None = None) -> list[tuple[str, int]]:
+        """Indexed labels within `radius` of a pHash (after a sync), nearest first."""
+        self.sync()
+        return [(label_of_key(f"{k:016x}"), d) for k, d in self.local.search(int(phash_hex, 16), radius)]
+
+    def check_and_insert(self, phash_hex: str, sha1: str, owner: str, file_path: str = "") -> Outcome:
+        phash_hex = phash_hex.lower()
+        key = sha1[:16]
+        for _ in range(8):
+            self.sync()
+            best = self.local.nearest(int(phash_hex, 16))
+            best_key, best_d = (f"{best[0]:016x}", best[1]) if best else ("", -1)
+            res = self._check(
+                keys=[self.log_key, self.sha1_key],
+                args=[phash_hex, sha1, key, owner, self.offset, best_key, best_d, self.threshold, TAIL_CAP, file_path],
+            )
+            status = res[0]
+            if status == "exists":
+                lid, ph, who, _path = _split_entry(res[1])
+                if who == owner:
+                    return Outcome("self", lid, 0, ph)
+                return Outcome("dedup", lid, hamming_hex(ph, phash_hex), ph)
+            if status == "dedup":
+                return Outcome("dedup", label_of_key(res[1]), int(res[2]))
+            if status == "indexed":
+                return Outcome("indexed", label_of_key(key), 0, phash_hex)
+            # stale: far behind or a removal in the tail; catch up and try again
+        raise RuntimeError("pHash index: could not catch up with the log")
+
+    def lookup_sha1(self, sha1: str) -> dict | None:
+        return lookup_sha1(self.r, sha1, self.sha1_key)
+
+    def remove(self, sha1: str) -> bool:
+        return bool(self._remove(keys=[self.log_key, self.sha1_key], args=[sha1]))
+
+    def count(self) -> int:
+        return int(self.r.hlen(self.sha1_key))
+
+
+def hamming_hex(a: str, b: str) -> int:
+    return (int(a, 16) ^ int(b, 16)).bit_count()
+
+
+def _split_entry(v: str) -> tuple[str, str, str, str]:
+    lid, ph, owner, path = (v.split("|", 3) + ["", ""])[:4]
+    return lid, ph, owner, path
+
+
+def lookup_sha1(r, sha1: str, sha1_key: str = SHA1_KEY) -> dict | None:
+    """The indexed label with exactly these bytes: {id, phash, owner, file_path}, or None."""
+    v = r.hget(sha1_key, sha1)
+    if not v:
+        return None
+    lid, ph, owner, path = _split_entry(v)
+    return {"id": lid, "phash": ph, "owner": owner, "file_path": path}
+
+
+def all_entries(r, sha1_key: str = SHA1_KEY) -> dict[str, dict]:
+    """label_id -> {sha1, phash, file_path} of every indexed image (reports, tools)."""
+    out = {}
+    for sha1, v in r.hscan_iter(sha1_key, count=1000):
+        lid, ph, _owner, path = _split_entry(v)
+        out[lid] = {"sha1": sha1, "phash": ph, "file_path": path}
+    return out
+
+
+_shared: dict[tuple[int, int], PHashIndex] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_index(r, threshold: int) -> PHashIndex:
+    """One index per (Redis client, threshold) per process: the log is read once, then tailed."""
+    key = (id(r), threshold)
+    with _shared_lock:
+        idx = _shared.get(key)
+        if idx is None:
+            idx = _shared[key] = PHashIndex(r, threshold)
+        return idx

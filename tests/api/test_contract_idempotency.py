@@ -1,0 +1,167 @@
+"""Idempotency-Key on job-creating POSTs (IETF draft): replay, 409 in flight, 422 other body,
+400 empty key, keys per token, retention."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from api.contract.auth import caller_identity
+from api.contract.idempotency import KEY_PREFIX, IdempotencyStore, fingerprint
+from tests.api.contract_support import assert_error, contract_server
+
+TOKENS = "idem-token-a,idem-token-b"
+A = {"Authorization": "Bearer idem-token-a"}
+B = {"Authorization": "Bearer idem-token-b"}
+
+
+@pytest.fixture(scope="module")
+def client(redis_url):
+    with contract_server(REDIS_URL=redis_url, AUTH_ENABLED="true", AUTH_TOKENS=TOKENS, IDEMPOTENCY_TTL_S="600",
+                         RATE_BURST="100000", RATE_LIMIT="1000/second") as c:
+        yield c
+
+
+def key() -> str:
+    return uuid.uuid4().hex
+
+
+def test_same_key_and_body_replays_the_first_response(client, redis_client):
+    k = key()
+    first = client.post("/v1/demo/sleep", json={"steps": 1, "step_s": 0}, headers={**A, "Idempotency-Key": k})
+    assert first.status_code == 202, first.text
+    assert "idempotent-replayed" not in first.headers
+    # Same body with other key order and spacing: the same request.
+    again = client.post("/v1/demo/sleep", content=b'{ "step_s": 0,  "steps": 1 }',
+                        headers={**A, "Idempotency-Key": k, "content-type": "application/json"})
+    assert again.status_code == 202
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json() == first.json()
+    # Only one job was created; the replay got its own correlation ids in the headers.
+    assert again.headers["x-run-id"] != first.headers["x-run-id"]
+    assert first.json()["job_id"] == again.json()["job_id"]
+    stored = IdempotencyStore.redis_key(caller_identity("idem-token-a", None), k)
+    assert stored.startswith(KEY_PREFIX)
+    assert 500 < redis_client.ttl(stored) <= 600  # IDEMPOTENCY_TTL_S
+
+
+def test_same_key_while_in_flight_is_409(client):
+    k = key()
+    results = {}
+
+    def slow():
+        results["first"] = client.post("/test/jobs", json={"name": "slow", "delay_s": 1.0},
+                                       headers={**A, "Idempotency-Key": k})
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.3)
+    r = client.post("/test/jobs", json={"name": "slow", "delay_s": 1.0}, headers={**A, "Idempotency-Key": k})
+    t.join()
+    assert_error(r, 409, "CONFLICT", retryable=True)
+    assert r.headers["retry-after"] == "1"
+    assert results["first"].status_code == 202
+    # Once the first is done, the same request replays it.
+    replay = client.post("/test/jobs", json={"name": "slow", "delay_s": 1.0}, headers={**A, "Idempotency-Key": k})
+    assert replay.status_code == 202 and replay.json()["job_id"] == results["first"].json()["job_id"]
+
+
+def test_same_key_with_another_body_is_422(client):
+    k = key()
+    assert client.post("/test/jobs", json={"name": "one"}, headers={**A, "Idempotency-Key": k}).status_code == 202
+    r = client.post("/test/jobs", json={"name": "two"}, headers={**A, "Idempotency-Key": k})
+    assert_error(r, 422, "UNPROCESSABLE", retryable=False)
+    # Another path with the same key is another request too.
+    r = client.post("/test/labels", json={"name": "one"}, headers={**A, "Idempotency-Key": k})
+    assert_error(r, 422, "UNPROCESSABLE")
+
+
+@pytest.mark.parametrize("bad", ["", "\"   \"", '""', "x" * 256, "naïve"])
+def test_empty_or_malformed_key_is_400(client, bad):
+    r = client.post("/test/jobs", json={"name": "x"}, headers={**A, "Idempotency-Key": bad.encode()})
+    assert_error(r, 400, "BAD_REQUEST")
+
+
+def test_structured_field_string_key_is_the_same_key(client):
+    k = key()
+    first = client.post("/test/jobs", json={"name": "sf"}, headers={**A, "Idempotency-Key": f'"{k}"'})
+    again = client.post("/test/jobs", json={"name": "sf"}, headers={**A, "Idempotency-Key": k})
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.json()["job_id"] == first.json()["job_id"]
+
+
+def test_keys_are_scoped_per_token(client):
+    k = key()
+    a = client.post("/test/jobs", json={"name": "scoped"}, headers={**A, "Idempotency-Key": k})
+    b = client.post("/test/jobs", json={"name": "scoped"}, headers={**B, "Idempotency-Key": k})
+    assert a.status_code == b.status_code == 202
+    assert "idempotent-replayed" not in b.headers
+    assert a.json()["job_id"] != b.json()["job_id"]
+
+
+def test_errors_are_not_kept(client):
+    k = key()
+    bad = client.post("/test/jobs", json={"delay_s": 0}, headers={**A, "Idempotency-Key": k})  # missing name
+    assert_error(bad, 400, "BAD_REQUEST")
+    good = client.post("/test/jobs", json={"name": "fixed"}, headers={**A, "Idempotency-Key": k})
+    assert good.status_code == 202 and "idempotent-replayed" not in good.headers
+
+
+def test_replay_marks_dedup_where_the_seed_says(client):
+    k = key()
+    first = client.post("/test/labels", json={"name": "label"}, headers={**A, "Idempotency-Key": k})
+    assert first.json()["dedup"] is False
+    again = client.post("/test/labels", json={"name": "label"}, headers={**A, "Idempotency-Key": k})
+    assert again.json()["dedup"] is True and again.json()["job_id"] == first.json()["job_id"]
+
+
+def test_without_a_key_nothing_is_deduplicated(client):
+    a = client.post("/test/jobs", json={"name": "free"}, headers=A)
+    b = client.post("/test/jobs", json={"name": "free"}, headers=A)
+    assert a.json()["job_id"] != b.json()["job_id"]
+
+
+def test_fingerprint_ignores_what_retries_vary():
+    j1 = fingerprint("POST", "/v1/x", b"", "application/json", b'{"a": 1, "b": [1, 2]}')
+    j2 = fingerprint("POST", "/v1/x", b"", "application/json; charset=utf-8", b'{"b":[1,2],"a":1}')
+    assert j1 == j2
+    assert j1 != fingerprint("POST", "/v1/x", b"", "application/json", b'{"a": 2, "b": [1, 2]}')
+    assert j1 != fingerprint("POST", "/v1/y", b"", "application/json", b'{"a": 1, "b": [1, 2]}')
+
+    def multipart(boundary: str) -> bytes:
+        return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"brand\"\r\n\r\n北の誉\r\n"
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n"
+                f"Content-Type: image/png\r\n\r\n\x89PNG...\r\n--{boundary}--\r\n").encode()
+
+    m1 = fingerprint("POST", "/v1/ingest", b"", "multipart/form-data; boundary=aaa111", multipart("aaa111"))
+    m2 = fingerprint("POST", "/v1/ingest", b"", 'multipart/form-data; boundary="zzz999"', multipart("zzz999"))
+    assert m1 == m2
+    f1 = fingerprint("POST", "/p", b"", "application/x-www-form-urlencoded", b"a=1&b=2")
+    assert f1 == fingerprint("POST", "/p", b"", "application/x-www-form-urlencoded", b"b=2&a=1")
+
+
+def test_retention_is_configurable(redis_url):
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    async def run():
+        r = aredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            store = IdempotencyStore(r, ttl_s=1)
+            claim = await store.claim("t:x", "ret-key", "fp", lease_s=30)
+            await store.complete(claim, "fp", 202, [("content-type", "application/json")], b'{"ok":true}')
+            replay = await store.claim("t:x", "ret-key", "fp", lease_s=30)
+            await asyncio.sleep(1.3)
+            fresh = await store.claim("t:x", "ret-key", "fp", lease_s=30)
+            return replay, fresh
+        finally:
+            await r.aclose()
+
+    replay, fresh = asyncio.run(run())
+    assert replay.status == 202 and json.loads(replay.body) == {"ok": True}
+    assert hasattr(fresh, "owner")  # expired: a new claim, the request runs again

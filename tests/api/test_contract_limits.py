@@ -1,0 +1,79 @@
+"""Per-route limits: time limits (408) and body caps (413), declared by a route or by operators
+(ROUTE_POLICIES), and the seeds' numbers for routes other modules own."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import APIRouter, FastAPI
+
+from api.contract import contract
+from api.contract.policy import SEED_DEFAULTS
+from api.contract.routing import RouteIndex
+from api.schemas import Envelope
+from tests.api.contract_support import assert_error, contract_server
+from yana.settings import Settings
+
+FAST = {"RATE_BURST": "100000", "RATE_LIMIT": "1000/second"}
+
+
+def test_operators_override_a_route_limit_by_operation_id(redis_url):
+    policies = '{"probe_slow": {"timeout_s": 2.0}, "probe_upload": {"max_body_bytes": 100000}}'
+    with contract_server(REDIS_URL=redis_url, ROUTE_POLICIES=policies, **FAST) as c:
+        assert c.get("/test/slow", params={"s": 0.8}).status_code == 200  # route says 0.3, operators 2.0
+        assert_error(c.get("/test/slow", params={"s": 3}), 408, "REQUEST_TIMEOUT", retryable=True)
+        big = {"name": "x", "items": list(range(2000))}
+        assert c.post("/test/upload", json=big).status_code == 200
+
+
+def test_default_time_limit_applies_to_every_route(redis_url):
+    with contract_server(REDIS_URL=redis_url, REQUEST_TIMEOUT_S="0.5", **FAST) as c:
+        # /test/bare is quick; a long-poll on a job is bounded by the route itself (no 408 cut).
+        assert c.get("/test/bare").status_code == 200
+        body = assert_error(c.get("/test/sleepy", params={"s": 2}), 408, "REQUEST_TIMEOUT", retryable=True)
+        assert "0.5 s" in body["error"]["message"]
+        assert c.get("/test/sleepy", params={"s": 0.05}).status_code == 200
+        job = c.post("/v1/demo/sleep", json={"steps": 1, "step_s": 3}).json()
+        try:
+            r = c.get(f"/v1/jobs/{job['job_id']}", headers={"Prefer": "wait=2"})
+            assert r.status_code == 200 and r.headers["preference-applied"] == "wait=2"
+            assert float(r.headers["x-request-duration-ms"]) > 1500
+        finally:
+            c.delete(f"/v1/jobs/{job['job_id']}")
+
+
+def _route_app() -> FastAPI:
+    app = FastAPI()
+    router = APIRouter()
+    for op in ("search", "chat", "ingest", "reembed", "retrieve", "other"):
+        status = 202 if op in ("ingest", "reembed") else 200
+
+        async def handler() -> dict:
+            return {}
+
+        router.add_api_route(f"/v1/{op}", handler, methods=["POST"], operation_id=op, status_code=status,
+                             response_model=Envelope)
+    router.add_api_route("/v1/own", handler, methods=["POST"], operation_id="own", response_model=Envelope,
+                         openapi_extra=contract(timeout_s=1.5, rate="10/second", burst=3, max_body_bytes=10))
+    app.include_router(router)
+    return app
+
+
+def test_seed_numbers_are_the_defaults_of_their_routes():
+    settings = Settings(chat_timeout_ms=11000, request_timeout_s=30)
+    index = RouteIndex(_route_app(), settings)
+    by_op = {index.policy_of(rc).operation_id: index.policy_of(rc) for rc in index.routes()}
+    assert by_op["search"].timeout(settings) == 2.0                      # seed 000: search <= 2 s
+    assert by_op["chat"].timeout(settings) == 12.0                       # CHAT_TIMEOUT_MS + 1 s grace
+    assert by_op["ingest"].body_cap == 50 * 1024 * 1024 and by_op["ingest"].idempotent
+    assert by_op["ingest"].policy.replay_dedup
+    assert by_op["reembed"].idempotent
+    assert by_op["retrieve"].policy.schema_error_status == 422          # seed 002
+    assert by_op["other"].timeout(settings) == 30 and not by_op["other"].idempotent
+    own = by_op["own"]
+    assert own.timeout(settings) == 1.5 and own.body_cap == 10 and own.bucket == "own"
+    assert set(SEED_DEFAULTS) >= {"search", "chat", "ingest"}
+
+
+def test_contract_rejects_unknown_fields():
+    with pytest.raises(TypeError):
+        contract(timeout=3)

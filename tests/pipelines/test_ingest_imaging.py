@@ -1,0 +1,102 @@
+"""Safe decoding of uploaded images: every bad input ends in a named error before pixels are
+stored; good ones in every accepted format give a stable pHash."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import pytest
+from PIL import Image
+
+from pipelines import imaging
+from yana.datagen import images
+from yana.errors import YanaError
+
+LIMITS = {"max_bytes": 2_000_000, "max_pixels": 4_000_000}
+
+
+@pytest.fixture(scope="module")
+def label():
+    return images.render_label({"category": "sake", "brand_name": "雪の鶴", "product_name": "純米吟醸",
+                                "brewery": "山田酒造", "region": "新潟", "label_features": ["辛口"]}, seed=3)
+
+
+def _png_header_only(w: int, h: int) -> bytes:
+    """A tiny PNG whose header claims w x h pixels (a decompression bomb's shape)."""
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+    raw = zlib.compress(b"\x00" * 1000)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "GIF"])
+def test_each_accepted_format_decodes_to_the_same_phash_neighbourhood(label, fmt):
+    ref = imaging.phash_hex(label)
+    data = images.encode(label, fmt, quality=95)
+    dec = imaging.decode_image(data, **LIMITS)
+    assert dec.format == fmt and dec.image.mode == "RGB" and dec.image.size == label.size
+    assert imaging.hamming(imaging.phash_hex(dec.image), ref) <= 4
+
+
+def test_animated_gif_uses_its_first_frame(label):
+    other = Image.new("RGB", label.size, (0, 0, 0))
+    buf = io.BytesIO()
+    label.save(buf, format="GIF", save_all=True, append_images=[other], duration=100)
+    dec = imaging.decode_image(buf.getvalue(), **LIMITS)
+    assert imaging.hamming(imaging.phash_hex(dec.image), imaging.phash_hex(label)) <= 4
+
+
+@pytest.mark.parametrize(
+    "data, code",
+    [
+        (b"", "EMPTY_IMAGE"),
+        (b"hello, this is a text file\n" * 10, "UNSUPPORTED_IMAGE_TYPE"),
+        (b"%PDF-1.4 fake", "UNSUPPORTED_IMAGE_TYPE"),
+        (b"\xff\xd8\xff\xe0" + b"\x00" * 200, "CORRUPT_IMAGE"),
+        (b"\x89PNG\r\n\x1a\n" + b"garbage" * 20, "CORRUPT_IMAGE"),
+        (_png_header_only(30_000, 30_000), "IMAGE_TOO_MANY_PIXELS"),
+    ],
+    ids=["empty", "text", "pdf", "jpeg-garbage", "png-garbage", "bomb"],
+)
+def test_bad_inputs_fail_with_a_named_error(data, code):
+    with pytest.raises(YanaError) as e:
+        imaging.decode_image(data, **LIMITS)
+    assert e.value.code == code
+    assert 400 <= e.value.status < 500
+
+
+def test_truncated_jpeg_is_corrupt(label):
+    data = images.encode(label, "JPEG", 90)
+    with pytest.raises(YanaError) as e:
+        imaging.decode_image(data[: len(data) // 2], **LIMITS)
+    assert e.value.code == "CORRUPT_IMAGE"
+
+
+def test_byte_cap_is_checked_before_decoding(label):
+    data = images.encode(label, "PNG")
+    with pytest.raises(YanaError) as e:
+        imaging.decode_image(data, max_bytes=len(data) - 1, max_pixels=10**9)
+    assert (e.value.code, e.value.status) == ("IMAGE_TOO_LARGE", 413)
+
+
+def test_store_image_is_content_addressed(tmp_path, label):
+    data = images.encode(label, "JPEG")
+    sha = imaging.sha1_hex(data)
+    rel = imaging.store_image(tmp_path, sha, "JPEG", data)
+    assert rel == f"images/{sha[:2]}/{sha}.jpg"
+    assert (tmp_path / rel).read_bytes() == data
+    assert imaging.store_image(tmp_path, sha, "JPEG", data) == rel  # again: harmless
+
+
+def test_generated_variants_stay_near_and_distinct_labels_stay_far():
+    """The test data itself: variants are near their original, different labels are not."""
+    metas = images.label_set(60, seed=11)
+    imgs = [images.render_label(m, seed=i) for i, m in enumerate(metas)]
+    hashes = [imaging.phash_hex(im) for im in imgs]
+    far = [imaging.hamming(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1:]]
+    assert min(far) > 10
+    near = [imaging.hamming(imaging.phash_hex(v.image), hashes[i])
+            for i, im in enumerate(imgs[:20]) for v in images.variants(im, seed=i, kinds=("jpeg", "resize", "brightness"))]
+    assert max(near) <= 10

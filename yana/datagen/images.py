@@ -1,0 +1,252 @@
+"""Synthetic sake / juice label images with Japanese text, near-duplicate variants with ground
+truth, and real photographs (scikit-image's bundled data) for tests and benchmarks.
+
+Everything is deterministic in its seed. The CJK font comes from the `noto-cjk-sans-jp-regular`
+wheel (dev extra), else from Debian's fonts-noto-cjk / other system paths.
+
+    img = render_label({"category": "sake", "brand_name": "獺祭", ...}, seed=1)
+    for v in variants(img, seed=1): v.kind, v.image, v.params       # near duplicates of img
+"""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+import io
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageEnhance, ImageFont
+
+SYSTEM_FONT_PATHS = (
+    "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/opentype/noto/NotoSerifCJK-Regular.ttc",
+    "/usr/share/fonts/truetype/noto/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/noto-cjk/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/opentype/ipaexfont-gothic/ipaexg.ttf",
+    "/usr/share/fonts/truetype/fonts-japanese-gothic.ttf",
+    "/System/Library/Fonts/ヒラギノ角ゴシック W3.ttc",
+)
+
+VARIANT_KINDS = ("jpeg", "resize", "brightness", "crop", "rotate", "sticker")
+
+
+@lru_cache(maxsize=1)
+def font_path() -> str:
+    try:
+        import noto_cjk_sans_jp_regular as noto
+
+        p = Path(str(noto.FONT_PATH))
+        if p.is_file():
+            return str(p)
+    except ImportError:
+        pass
+    for p in SYSTEM_FONT_PATHS:
+        if Path(p).is_file():
+            return p
+    raise RuntimeError(
+        "no CJK font: pip install noto-cjk-sans-jp-regular (dev extra) or apt-get install fonts-noto-cjk"
+    )
+
+
+@lru_cache(maxsize=64)
+def _font(size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(font_path(), size)
+
+
+def _seed_of(meta: dict, seed: int | None) -> int:
+    if seed is not None:
+        return seed
+    key = "|".join(str(meta.get(k, "")) for k in ("category", "brand_name", "product_name", "brewery", "region"))
+    return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)
+
+
+def _colour(rng: random.Random, light: bool) -> tuple[int, int, int]:
+    h = rng.random()
+    s = rng.uniform(0.25, 0.9)
+    v = rng.uniform(0.8, 1.0) if light else rng.uniform(0.1, 0.45)
+    r, g, b = colorsys.hsv_to_rgb(h, s, v)
+    return int(r * 255), int(g * 255), int(b * 255)
+
+
+def _vertical_text(draw: ImageDraw.ImageDraw, x: int, y: int, text: str, size: int, fill, max_h: int) -> None:
+    """Japanese labels set the brand name top to bottom, one character per line."""
+    font = _font(size)
+    step = int(size * 1.05)
+    for i, ch in enumerate(text[: max(1, max_h // step)]):
+        draw.text((x, y + i * step), ch, font=font, fill=fill, anchor="mt")
+
+
+def render_label(meta: dict, size: tuple[int, int] = (240, 360), seed: int | None = None) -> Image.Image:
+    """A label-like image: coloured ground, a layout drawn from the seed, the brand name large
+    (vertical for sake), product, brewery/maker, region and features as smaller text."""
+    rng = random.Random(_seed_of(meta, seed))
+    w, h = size
+    dark_ground = rng.random() < 0.4
+    bg, ink = _colour(rng, not dark_ground), _colour(rng, dark_ground)
+    accent = _colour(rng, rng.random() < 0.5)
+    img = Image.new("RGB", size, bg)
+    d = ImageDraw.Draw(img)
+    # Low-frequency structure differs per label (this is what a pHash sees): a gradient band,
+    # big shapes at seeded places, a frame of seeded width.
+    band = rng.choice(("top", "bottom", "left", "right", "diag", "none"))
+    if band != "none":
+        frac = rng.uniform(0.2, 0.45)
+        if band == "top":
+            d.rectangle((0, 0, w, int(h * frac)), fill=accent)
+        elif band == "bottom":
+            d.rectangle((0, int(h * (1 - frac)), w, h), fill=accent)
+        elif band == "left":
+            d.rectangle((0, 0, int(w * frac), h), fill=accent)
+        elif band == "right":
+            d.rectangle((int(w * (1 - frac)), 0, w, h), fill=accent)
+        else:
+            d.polygon([(0, h), (w, int(h * frac)), (w, h)], fill=accent)
+    for _ in range(rng.randint(2, 5)):
+        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+        rad = rng.uniform(0.12, 0.35) * w
+        shape_col = _colour(rng, rng.random() < 0.5)
+        if rng.random() < 0.5:
+            d.ellipse((cx - rad, cy - rad, cx + rad, cy + rad), fill=shape_col)
+        else:
+            d.polygon([(cx - rad, cy + rad), (cx, cy - rad), (cx + rad, cy + rad)], fill=shape_col)
+    frame = rng.randint(0, max(1, w // 30))
+    if frame:
+        d.rectangle((frame, frame, w - frame - 1, h - frame - 1), outline=ink, width=max(1, frame // 2))
+
+    brand = str(meta.get("brand_name") or "無銘")
+    product = str(meta.get("product_name") or "")
+    maker = str(meta.get("brewery") or "")
+    region = str(meta.get("region") or "")
+    features = meta.get("label_features") or []
+    if isinstance(features, str):
+        features = [f for f in features.replace(",", "、").split("、") if f]
+    big = int(min(w / 3.2, h * 0.6 / max(2, len(brand))))
+    if meta.get("category", "sake") == "sake":
+        bx = int(w * rng.uniform(0.35, 0.65))
+        _vertical_text(d, bx, int(h * 0.08), brand, big, ink, int(h * 0.62))
+    else:
+        d.text((w // 2, int(h * rng.uniform(0.25, 0.4))), brand[:8], font=_font(max(10, int(w / max(4, len(brand[:8]) + 1)))),
+               fill=ink, anchor="mm")
+    small = max(9, w // 18)
+    y = int(h * 0.74)
+    for line in (product, f"{maker}　{region}".strip("　"), "・".join(features[:3])):
+        if line:
+            d.text((w // 2, y), line[:16], font=_font(small), fill=ink, anchor="mt")
+            y += int(small * 1.3)
+    return img
+
+
+def encode(img: Image.Image, fmt: str = "JPEG", quality: int = 90) -> bytes:
+    buf = io.BytesIO()
+    kw = {"quality": quality} if fmt in ("JPEG", "WEBP") else {}
+    img.convert("RGB").save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+@dataclass
+class Variant:
+    kind: str
+    image: Image.Image
+    params: dict = field(default_factory=dict)
+
+
+def variant(img: Image.Image, kind: str, rng: random.Random) -> Variant:
+    """One near-duplicate of `img` of the given kind (parameters drawn from rng, kept as truth)."""
+    w, h = img.size
+    if kind == "jpeg":
+        q = rng.randint(25, 60)
+        return Variant(kind, Image.open(io.BytesIO(encode(img, "JPEG", q))).convert("RGB"), {"quality": q})
+    if kind == "resize":
+        f = rng.uniform(0.4, 0.8)
+        return Variant(kind, img.resize((max(8, int(w * f)), max(8, int(h * f))), Image.LANCZOS), {"factor": round(f, 3)})
+    if kind == "brightness":
+        f = rng.choice((rng.uniform(0.7, 0.9), rng.uniform(1.1, 1.3)))
+        return Variant(kind, ImageEnhance.Brightness(img).enhance(f), {"factor": round(f, 3)})
+    if kind == "crop":
+        m = rng.uniform(0.01, 0.025)
+        box = (int(w * m * rng.random() * 2), int(h * m * rng.random() * 2))
+        crop = img.crop((box[0], box[1], w - int(w * m * 2) + box[0], h - int(h * m * 2) + box[1]))
+        return Variant(kind, crop, {"margin": round(m, 3)})
+    if kind == "rotate":
+        a = rng.choice((-1, 1)) * rng.uniform(0.5, 2.0)
+        fill = img.getpixel((0, 0))
+        return Variant(kind, img.rotate(a, resample=Image.BICUBIC, fillcolor=fill), {"degrees": round(a, 2)})
+    if kind == "sticker":
+        out = img.copy()
+        d = ImageDraw.Draw(out)
+        r = int(min(w, h) * rng.uniform(0.07, 0.1))
+        cx, cy = int(w * rng.uniform(0.2, 0.8)), int(h * rng.uniform(0.2, 0.8))
+        col = rng.choice(((220, 30, 30), (250, 200, 0), (255, 255, 255)))
+        d.ellipse((cx - r, cy - r, cx + r, cy + r), fill=col, outline=(0, 0, 0))
+        d.text((cx, cy), rng.choice(("限定", "新酒", "SALE", "金賞")), font=_font(max(8, r // 2)), fill=(0, 0, 0), anchor="mm")
+        return Variant(kind, out, {"center": [cx, cy], "radius": r})
+    raise ValueError(f"unknown variant kind {kind!r}")
+
+
+def variants(img: Image.Image, seed: int = 0, kinds: tuple[str, ...] = VARIANT_KINDS) -> list[Variant]:
+    rng = random.Random(seed)
+    return [variant(img, k, rng) for k in kinds]
+
+
+def real_photos() -> list[tuple[str, Image.Image]]:
+    """Real photographs bundled with scikit-image (no download): for real-image dedup checks."""
+    from skimage import data
+
+    out = []
+    for name in ("astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "moon", "page", "text", "horse",
+                 "hubble_deep_field", "immunohistochemistry", "retina", "motorcycle_left", "logo"):  # cat() is chelsea()
+        fn = getattr(data, name, None)
+        if fn is None:
+            continue
+        try:
+            arr = fn()
+        except Exception:  # a data file that needs pooch (a download): skip it
+            continue
+        if isinstance(arr, tuple):
+            arr = arr[0]
+        img = Image.fromarray(arr)
+        if img.mode not in ("RGB", "L"):
+            img = img.convert("RGB")
+        out.append((name, img.convert("RGB")))
+    return out
+
+
+def label_set(n: int, seed: int = 0) -> list[dict]:
+    """n label metadata dicts: from the shared catalogue when present, else a small built-in one."""
+    try:
+        from yana.datagen.catalog import label_dicts
+
+        return label_dicts(n, seed)
+    except ImportError:
+        rng = random.Random(seed)
+        brands = ["獺祭", "八海山", "久保田", "十四代", "北の誉", "雪の鶴", "田酒", "黒龍", "みかん畑", "青林檎"]
+        regions = ["小樽", "新潟", "山口", "伏見", "灘", "愛媛", "青森"]
+        return [
+            {"category": "juice" if b in ("みかん畑", "青林檎") else "sake", "brand_name": f"{b}{i}",
+             "product_name": rng.choice(["純米吟醸", "大吟醸", "本醸造", "ストレート果汁"]),
+             "brewery": f"{rng.choice(['山田', '佐藤', '高橋'])}酒造", "region": rng.choice(regions),
+             "label_features": rng.sample(["辛口", "フルーティ", "華やか", "淡麗", "濃醇"], 2)}
+            for i, b in enumerate(rng.choice(brands) for _ in range(n))
+        ]
+
+
+def write_dataset(out_dir: Path, n: int, *, seed: int = 0, size: tuple[int, int] = (240, 360),
+                  n_variants: int = 0, quality: int = 90) -> list[dict]:
+    """Render n labels (plus variants) as JPEG files; returns the manifest rows
+    {file, original, kind, params, **label fields} (original = file of the base image)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, meta in enumerate(label_set(n, seed)):
+        img = render_label(meta, size=size, seed=seed * 1_000_003 + i)
+        name = f"label_{i:05d}.jpg"
+        (out_dir / name).write_bytes(encode(img, "JPEG", quality))
+        rows.append({"file": name, "original": name, "kind": "original", "params": {}, **meta})
+        for v in variants(img, seed=seed * 7919 + i, kinds=VARIANT_KINDS[:n_variants] if n_variants else ()):
+            vname = f"label_{i:05d}_{v.kind}.jpg"
+            (out_dir / vname).write_bytes(encode(v.image, "JPEG", 92))
+            rows.append({"file": vname, "original": name, "kind": v.kind, "params": v.params, **meta})
+    return rows
