@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -157,40 +159,63 @@ def _record_dups(r, outcomes: list[dict]) -> None:
         r.hset(DUPS_KEY, mapping=dups)
 
 
+def _prepare_batch(batch: list[dict], *, job_id: str, s: Settings, index) -> tuple[list[dict], list[tuple[dict, dict]]]:
+    outcomes, labels_to_write = [], []
+    for item in batch:
+        out, lab = _prepare_item(item, job_id=job_id, s=s, index=index)
+        outcomes.append(out)
+        if lab:
+            labels_to_write.append((out, lab))
+    return outcomes, labels_to_write
+
+
 def ingest_images(ctx: JobHandle, items: list[dict], *, r, chroma, s: Settings | None = None,
                   done_before: int = 0, total: int | None = None) -> None:
-    """Process items from the cursor in ctx.meta on; outcomes go to OUTCOMES_KEY."""
+    """Process items from the cursor in ctx.meta on; outcomes go to OUTCOMES_KEY.
+
+    Two stages overlap: while batch k is embedded and written (the model runs in C without the
+    GIL), a helper thread decodes, hashes and checks batch k+1. Batch k+1's pHash inserts happen
+    before batch k's cursor is saved; a crash then finds them as "self" on the retry."""
     s = s or get_settings()
     index = shared_index(r, s.phash_threshold)
     key = OUTCOMES_KEY.format(job_id=ctx.job_id)
     total = total if total is not None else len(items)
     cursor = int(ctx.meta.get("cursor") or 0)
     batch_size = max(1, s.ingest_batch_size)
-    while cursor < len(items):
-        batch = items[cursor : cursor + batch_size]
-        outcomes, labels_to_write = [], []
-        for item in batch:
-            out, lab = _prepare_item(item, job_id=ctx.job_id, s=s, index=index)
-            outcomes.append(out)
-            if lab:
-                labels_to_write.append((out, lab))
-        chunks = [c for _o, lab in labels_to_write for c in label_chunks(lab["record"], lab["fields"], s.max_chunk_chars)]
-        try:
-            write_chunks(r, chroma, chunks)
-        except Exception:
-            # Nothing of this batch reached the index: take its pHash entries back so a later try
-            # (or another upload) is not reported as a duplicate of a label that does not exist.
-            for out, _lab in labels_to_write:
-                index.remove(out["hash_sha1"])
-            raise
-        _record_dups(r, outcomes)
-        with r.pipeline(transaction=True) as p:
-            p.hset(key, mapping={str(o["index"]): orjson.dumps(o).decode() for o in outcomes})
-            p.expire(key, s.job_retention_s)
-            p.execute()
-        cursor += len(batch)
-        ctx.save_meta(cursor=cursor)
-        ctx.progress("ingest", done_before + cursor, total)
+    starts = list(range(cursor, len(items), batch_size))
+    if not starts:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prep") as prep:
+        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index)
+        pending = submit(items[starts[0] : starts[0] + batch_size])
+        for n, start in enumerate(starts):
+            batch = items[start : start + batch_size]
+            outcomes, labels_to_write = pending.result()
+            pending = submit(items[starts[n + 1] : starts[n + 1] + batch_size]) if n + 1 < len(starts) else None
+            chunks = [c for _o, lab in labels_to_write for c in label_chunks(lab["record"], lab["fields"], s.max_chunk_chars)]
+            try:
+                write_chunks(r, chroma, chunks)
+            except Exception:
+                # Nothing of this batch (or the one prepared behind it) reached the index: take
+                # their pHash entries back, so a later try or another upload is not reported as a
+                # duplicate of a label that does not exist.
+                undo = list(labels_to_write)
+                if pending is not None:
+                    try:
+                        undo += pending.result()[1]
+                    except Exception:  # noqa: BLE001 - the write error is the one to report
+                        pass
+                for out, _lab in undo:
+                    index.remove(out["hash_sha1"])
+                raise
+            _record_dups(r, outcomes)
+            with r.pipeline(transaction=True) as p:
+                p.hset(key, mapping={str(o["index"]): orjson.dumps(o).decode() for o in outcomes})
+                p.expire(key, s.job_retention_s)
+                p.execute()
+            cursor = start + len(batch)
+            ctx.save_meta(cursor=cursor)
+            ctx.progress("ingest", done_before + cursor, total)
 
 
 # --- text documents ------------------------------------------------------------------------
@@ -254,11 +279,9 @@ def summarise(r, job_id: str, n_items: int, n_docs: int) -> dict:
     }
     if docs:
         result["document_items"] = docs
-    if n_items == 1 and not n_docs and items:  # one image: the seed's flat response fields too
+    if n_items == 1 and not n_docs and items:  # one image: the seed's flat fields too (dedup is 0/1)
         one = items[0]
-        result.update({k: one[k] for k in ("id", "hash_sha1", "phash", "file_path", "dedup_of", "distance", "error")})
-        result["dedup"] = one["dedup"]
-        result["dedup_count"] = 1 if one["dedup"] else 0
+        result.update({k: one[k] for k in ("id", "hash_sha1", "phash", "file_path", "dedup_of", "distance")})
     return result
 
 

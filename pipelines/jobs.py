@@ -13,6 +13,7 @@ Keys (prefix `yana:`):
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -50,7 +51,10 @@ def now_ms() -> int:
 
 
 def _dump(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # integers beyond 64 bits are valid JSON, which orjson refuses to write
+        return json.dumps(value, ensure_ascii=False, default=str)
 
 
 # Claim an attempt. Returns {outcome, attempts}; outcome is one of

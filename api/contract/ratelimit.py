@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from limits import parse as parse_rate
 from redis.asyncio import Redis
@@ -56,13 +57,17 @@ class Rate:
 
     @classmethod
     def parse(cls, notation: str, burst: int) -> "Rate":
-        item = parse_rate(notation)
-        per_second = item.amount / item.get_expiry()
-        return cls(per_second, max(1, int(burst)))
+        return _parse(notation, int(burst))
 
     @property
     def interval_ms(self) -> float:
         return 1000.0 / self.per_second
+
+
+@lru_cache(maxsize=64)
+def _parse(notation: str, burst: int) -> Rate:
+    item = parse_rate(notation)
+    return Rate(item.amount / item.get_expiry(), max(1, burst))
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,7 @@ def turn_record(out: ChatOutput) -> dict:
         "session_id": out.session_id,
         "turn_id": out.turn_id,
         "turn_no": v.get("turn_no"),
+        "context_run_id": (v.get("context") or {}).get("run_id"),  # the talk app's own run id
         "nodes": out.nodes,
         "llm": out.llm,
         "rag_status": v.get("rag_status"),

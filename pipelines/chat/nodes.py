@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +40,19 @@ HIT_FIELDS = ("id", "brand_name", "product_name", "brewery", "region", "label_fe
 STEPS = ["session", "policy", "retrieve", "generate", "fallback", "persona", "respond"]
 
 
+# Retrieval gets its own threads: a hung search must not starve Redis calls (default executor).
+# Shared by every ChatDeps of the process; threads are started on first use.
+RETRIEVAL_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-retrieve")
+
+# The user asking the model to drop its rules: answered as usual (the prompt's guard holds), but
+# recorded in the policy (risk_level high) so the turn log shows it.
+_INJECTION_RE = re.compile(
+    r"(?:(?:前の|以前の|上の|これまでの|全ての|すべての)?(?:指示|命令|ルール|設定|プロンプト)を(?:無視|忘れ)"
+    r"|システムプロンプト|ignore (?:all |the )?(?:previous|above|prior) (?:instructions|rules)|system prompt)",
+    re.I,
+)
+
+
 @dataclass
 class ChatDeps:
     """What the graph's nodes use (LangGraph runtime context): injected, so tests and the API wire
@@ -49,10 +63,7 @@ class ChatDeps:
     llm: ChatLLM | None = None
     breaker: CircuitBreaker | None = None
     sessions: SessionStore | None = None
-    # Retrieval gets its own threads: a hung search must not starve Redis calls (default executor).
-    retrieval_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-retrieve")
-    )
+    retrieval_pool: ThreadPoolExecutor = field(default_factory=lambda: RETRIEVAL_POOL)
 
 
 def _now_iso() -> str:
@@ -153,6 +164,10 @@ async def policy_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     filters = pii.mask_obj(state.get("filters") or {})
     values = dict((state.get("slots") or {}).get("values") or {})
     values.update({"filters": filters, "topic": context.get("topic") or values.get("topic", "")})
+    reasons = [f"pii_masked:{k}" for k in kinds]
+    injection = bool(_INJECTION_RE.search(masked))
+    if injection:
+        reasons.append("prompt_injection_suspected")
     return {
         "user_text": masked,
         "context": context,
@@ -160,8 +175,8 @@ async def policy_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
         "policy": {
             "disallowed": False,
             "pii_detected": bool(kinds),
-            "reasons": [f"pii_masked:{k}" for k in kinds],
-            "risk_level": "medium" if kinds else "low",
+            "reasons": reasons,
+            "risk_level": "high" if injection else "medium" if kinds else "low",
         },
         "intent": {"intent_type": intent_type, "confidence": confidence, "candidates": [intent_type]},
         "dialogue_mode": state.get("dialogue_mode") or "SLOT_FILLING",
@@ -266,11 +281,15 @@ async def generate_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     messages = build_messages(state.get("user_text") or "", state.get("hits") or [],
                               rag_status=state.get("rag_status") or "off", history=history)
     outcome = await deps.llm.complete(messages, timeout)
+    # A timeout under a caller's tight ceiling (less than half of our own budget) says nothing about
+    # the endpoint's health: it must not open the circuit for every other caller.
+    failure = outcome.failure and not (outcome.status is None and outcome.warning == "llm_timeout"
+                                       and timeout < s.chat_timeout_ms / 2000)
     # A success on a clean, closed circuit has nothing to reset: skip that Redis round trip.
     clean = permit is not None and permit.state == "closed" and permit.failures == 0
-    if deps.breaker is not None and (outcome.failure or not clean):
-        record = deps.breaker.record_failure if outcome.failure else deps.breaker.record_success
-        args = (outcome.warning,) if outcome.failure else ()
+    if deps.breaker is not None and (failure or not (clean or outcome.failure)):
+        record = deps.breaker.record_failure if failure else deps.breaker.record_success
+        args = (outcome.warning,) if failure else ()
         try:
             await _blocking(record, *args, timeout=max(0.05, min(0.3, _left(state) - 0.1)))
         except Exception:

@@ -19,7 +19,7 @@ from pipelines.chat.pii import mask_obj
 
 log = logging.getLogger("yana.chat")
 
-TEXT_KEYS = {"user_text", "reply", "topic", "filters", "slots", "tool", "last_error"}
+TEXT_KEYS = {"user_text", "reply", "topic", "filters", "slots", "tool", "last_error", "context_run_id"}
 
 
 class TurnLog:

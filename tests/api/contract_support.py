@@ -168,7 +168,7 @@ def contract_server(with_probes: bool = True, **env: str) -> Iterator[httpx.Clie
             mp.setenv(key, str(value))
         get_settings.cache_clear()
         clients._redis.cache_clear()
-        point_celery_at_settings()
+        restore_celery = point_celery_at_settings()
         try:
             app = build_app(with_probes)
             with serve(app) as url, httpx.Client(base_url=url, timeout=30) as client:
@@ -178,9 +178,10 @@ def contract_server(with_probes: bool = True, **env: str) -> Iterator[httpx.Clie
             mp.undo()
             get_settings.cache_clear()
             clients._redis.cache_clear()
+            restore_celery()
 
 
-def point_celery_at_settings() -> None:
+def point_celery_at_settings():
     """registry.send() uses the module-level Celery app of workers.celery_app, which took its
     broker URL from the settings when it was first imported (in a test session that can be
     before the harness pointed REDIS_URL at the private Redis). Jobs sent by an in-process API
@@ -189,9 +190,15 @@ def point_celery_at_settings() -> None:
     from yana.settings import get_settings
 
     url = get_settings().redis_url
-    if celery_module.app.conf.broker_url != url:
+    previous = celery_module.app
+    if previous.conf.broker_url != url:
         celery_module.app = celery_module.create_app()
     assert celery_module.app.conf.broker_url == url
+
+    def restore() -> None:
+        celery_module.app = previous
+
+    return restore
 
 
 def assert_error(resp: httpx.Response, status: int, code: str, retryable: bool | None = None) -> dict:

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines.chat.breaker import CircuitBreaker
 from pipelines.chat.persona import count_interjections, split_sentences
-from tests.pipelines.chat.api_support import LABELS, ingest_labels, start_chat_api, stop_service
+from tests.pipelines.chat.api_support import ingest_labels, start_chat_api, stop_service
 from tests.pipelines.chat.openai_stub import OpenAIStub, empty, reply, stall, status
 
 BUDGET_MS = 3000

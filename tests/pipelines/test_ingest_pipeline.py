@@ -160,13 +160,16 @@ def test_url_sources_are_fetched_only_where_allowed(redis_url, tmp_path, image_s
     res = ingest.run_ingest(FakeJob("u1"), items=items, r=allowed.r, chroma=allowed.chroma, s=allowed.s)
     assert res["indexed"] == 1 and res["items"][0]["hash_sha1"] == imaging.sha1_hex(_label_bytes(7))
 
+    # a one-image job fails with the item's error code
     small = allowed.s.model_copy(update={"fetch_max_bytes": 100})
-    res = ingest.run_ingest(FakeJob("u2"), items=items, r=allowed.r, chroma=allowed.chroma, s=small)
-    assert res["items"][0]["error"]["code"] == "FETCH_TOO_LARGE"
+    with pytest.raises(YanaError) as e:
+        ingest.run_ingest(FakeJob("u2"), items=items, r=allowed.r, chroma=allowed.chroma, s=small)
+    assert e.value.code == "FETCH_TOO_LARGE"
 
     private = allowed.s.model_copy(update={"fetch_allow": []})
-    res = ingest.run_ingest(FakeJob("u3"), items=items, r=allowed.r, chroma=allowed.chroma, s=private)
-    assert res["items"][0]["error"]["code"] == "URL_NOT_ALLOWED"
+    res = ingest.run_ingest(FakeJob("u3"), items=items + [_item(1, {"kind": "url", "url": f"{image_server}/label.jpg"}, METAS[7])],
+                            r=allowed.r, chroma=allowed.chroma, s=private)
+    assert [o["error"]["code"] for o in res["items"]] == ["URL_NOT_ALLOWED", "URL_NOT_ALLOWED"]
 
 
 def test_vectors_of_another_model_are_refused(env):

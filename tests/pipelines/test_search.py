@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import orjson
 import pytest
 
 from pipelines import lexical, search as search_mod, vector_index
 from pipelines.search_index import LiveIndex
+from pipelines.tokenize_ja import tokenize
 from tests.pipelines.search_support import build_corpus
 from yana.errors import YanaError
 
@@ -263,11 +265,10 @@ def test_compaction_keeps_results(corpus):
     before = idx.n_alive
     for _ in range(3):
         for c in corpus.chunks[:100]:
-            idx._upsert(c["id"], c["text"].encode(), None, None,
-                        __import__("orjson").dumps(c["metadata"]), None, bulk=False)
+            idx._upsert(c["id"], c["text"].encode(), None, None, orjson.dumps(c["metadata"]), None, bulk=False)
     assert idx.dead >= 300
     idx._compact()
     assert idx.dead == 0 and idx.n == idx.n_alive == before
     assert all(idx.ids[row] == id_ for id_, row in idx.row_of.items())
-    scores = idx.bm25(__import__("pipelines.tokenize_ja", fromlist=["tokenize"]).tokenize("獺祭"))
+    scores = idx.bm25(tokenize("獺祭"))
     assert np.count_nonzero(scores) >= 1

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass
 class Behaviour:
-    kind: str = "reply"  # reply | status | stall
+    kind: str = "reply"  # reply | status | stall | trickle
     text: str = "ほな、それやったら小樽の酒がええと思うで。"
     status: int = 200
     delay_s: float = 0.0
@@ -45,6 +45,12 @@ def status(code: int, delay_s: float = 0.0) -> Behaviour:
 def stall(seconds: float = 120.0) -> Behaviour:
     """Accept the request and never answer (until `seconds` pass or the stub stops)."""
     return Behaviour("stall", delay_s=seconds)
+
+
+def trickle(interval_s: float = 0.5, text: str = "ほな、ゆっくり答えるで。") -> Behaviour:
+    """Answer 200 with the headers at once, then one body byte every `interval_s` (a slow-loris
+    upstream: every read gets data before a per-read timeout, so only a total bound stops it)."""
+    return Behaviour("trickle", text=text, delay_s=interval_s)
 
 
 @dataclass
@@ -128,6 +134,9 @@ class OpenAIStub:
                     stub._stopping.wait(b.delay_s)
                     self.close_connection = True
                     return
+                if b.kind == "trickle":
+                    self._trickle(b, body)
+                    return
                 if b.delay_s:
                     stub._stopping.wait(b.delay_s)
                 if b.kind == "status":
@@ -136,8 +145,11 @@ class OpenAIStub:
                                      "type": kinds.get(b.status, "server_error"), "code": str(b.status)}}
                     self._send(b.status, err, {"Retry-After": "1"} if b.status == 429 else None)
                     return
+                self._send(200, self._completion(b, body))
+
+            def _completion(self, b: Behaviour, body: dict) -> dict:
                 n = len(stub.received)
-                self._send(200, {
+                return {
                     "id": f"chatcmpl-stub-{n}",
                     "object": "chat.completion",
                     "created": int(time.time()),
@@ -145,7 +157,23 @@ class OpenAIStub:
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": b.text},
                                  "finish_reason": b.finish_reason, "logprobs": None}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": len(b.text), "total_tokens": 10 + len(b.text)},
-                })
+                }
+
+            def _trickle(self, b: Behaviour, body: dict) -> None:
+                data = json.dumps(self._completion(b, body), ensure_ascii=False).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    for i in range(len(data)):
+                        if stub._stopping.wait(b.delay_s):
+                            break
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.chat.llm import CONTEXT_GUARD, ChatLLM, build_messages
 from tests.pipelines.chat.conftest import HITS
-from tests.pipelines.chat.openai_stub import empty, reply, stall, status
+from tests.pipelines.chat.openai_stub import empty, reply, stall, status, trickle
 
 
 def _complete(stub, timeout_s=2.0, messages=None):
@@ -45,6 +45,14 @@ def test_stall_is_cut_at_the_timeout(stub):
     elapsed = time.monotonic() - t
     assert out.warning == "llm_timeout" and out.failure
     assert 0.5 <= elapsed < 1.2
+
+
+def test_trickling_upstream_is_cut_at_the_total_timeout(stub):
+    """Each read gets a byte before a per-read timeout would fire: only the total bound stops it."""
+    stub.script(trickle(0.2))
+    t = time.monotonic()
+    out = _complete(stub, timeout_s=0.8)
+    assert out.warning == "llm_timeout" and time.monotonic() - t < 1.2
 
 
 def test_unreachable_endpoint():
