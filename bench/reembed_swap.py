@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     metas = images.label_set(args.n, seed=13)
     root = Path(tempfile.mkdtemp(prefix="yana-bench-reembed-"))
-    stack = start_stack(root, REEMBED_BATCH_SIZE="64")
+    stack = start_stack(root, REEMBED_BATCH_SIZE="64", RATE_LIMIT="1000/second", RATE_BURST="1000")
     try:
         with httpx.Client(base_url=stack.api_url, timeout=300) as client:
             for i in range(0, len(metas), 32):
@@ -77,6 +77,7 @@ def main() -> None:
                             stats["failed"] += 1
                             stats["errors"].append(str(getattr(resp, "text", resp))[:200])
                         k += 1
+                        time.sleep(0.02)  # a steady client, not a CPU hog on a 2-core machine
 
             th = threading.Thread(target=searcher, daemon=True)
             th.start()

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -97,7 +98,8 @@ class ResponseBuffer:
             return
         await self._send(message)
 
-    async def flush(self) -> None:
+    def finalize(self) -> None:
+        """The held-back response as it will be sent (versions added, length fixed)."""
         if self.forwarded or self.start is None:
             return
         body = b"".join(self.chunks)
@@ -107,9 +109,13 @@ class ResponseBuffer:
         headers = [(k, v) for k, v in self.headers if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         self.headers = headers
+
+    async def flush(self) -> None:
+        if self.forwarded or self.start is None:
+            return
         self.forwarded = True
-        await self._send({**self.start, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        await self._send({**self.start, "headers": self.headers})
+        await self._send({"type": "http.response.body", "body": self.body, "more_body": False})
 
 
 def capped_receive(receive: Receive, cap: int) -> Receive:
@@ -283,6 +289,8 @@ class ContractMiddleware:
 
     async def call_app(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy,
                        *, capture: bool = False) -> ResponseBuffer:
+        """Run the app under the route's time limit. With capture the whole response is held
+        back and returned unsent (the caller flushes it)."""
         buffer = ResponseBuffer(send, envelope=rp.api_route, capture=capture)
         limit = rp.timeout(self.settings)
         if not limit:
@@ -295,7 +303,9 @@ class ContractMiddleware:
                 if not deadline.expired() or buffer.forwarded:
                     raise
                 raise YanaError("REQUEST_TIMEOUT", f"request exceeded its {limit:g} s time limit", 408, True) from None
-        await buffer.flush()
+        buffer.finalize()
+        if not capture:
+            await buffer.flush()
         return buffer
 
     async def idempotent_call(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy,
@@ -320,11 +330,16 @@ class ContractMiddleware:
         except BaseException:
             await store.release(claimed)
             raise
-        if 200 <= buffer.status < 300:
-            text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in buffer.headers]
-            await store.complete(claimed, fp, buffer.status, text_headers, buffer.body)
-        else:
-            await store.release(claimed)
+        # Recorded before the caller sees the response, so its next retry finds it complete.
+        try:
+            if 200 <= buffer.status < 300:
+                text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in buffer.headers]
+                await store.complete(claimed, fp, buffer.status, text_headers, buffer.body)
+            else:
+                await store.release(claimed)
+        except RedisError as exc:  # the work is done; only its memory is lost (the lease expires)
+            log.warning("idempotency record not saved: %s", type(exc).__name__)
+        await buffer.flush()
 
     async def replay(self, send: Send, stored: StoredResponse, rp: ResolvedPolicy) -> None:
         body = stored.body

@@ -112,11 +112,15 @@ def test_errors_are_not_kept(client):
 
 
 def test_replay_marks_dedup_where_the_seed_says(client):
-    k = key()
-    first = client.post("/test/labels", json={"name": "label"}, headers={**A, "Idempotency-Key": k})
-    assert first.json()["dedup"] is False
-    again = client.post("/test/labels", json={"name": "label"}, headers={**A, "Idempotency-Key": k})
-    assert again.json()["dedup"] is True and again.json()["job_id"] == first.json()["job_id"]
+    # A retry sent the moment the first response arrives is a replay, never a 409: the record
+    # is complete before the response leaves (repeated to catch that race).
+    for _ in range(10):
+        k = key()
+        first = client.post("/test/labels", json={"name": "label"}, headers={**A, "Idempotency-Key": k})
+        assert first.json()["dedup"] is False
+        again = client.post("/test/labels", json={"name": "label"}, headers={**A, "Idempotency-Key": k})
+        assert again.status_code == 202, again.text
+        assert again.json()["dedup"] is True and again.json()["job_id"] == first.json()["job_id"]
 
 
 def test_without_a_key_nothing_is_deduplicated(client):
@@ -165,3 +169,60 @@ def test_retention_is_configurable(redis_url):
     replay, fresh = asyncio.run(run())
     assert replay.status == 202 and json.loads(replay.body) == {"ok": True}
     assert hasattr(fresh, "owner")  # expired: a new claim, the request runs again
+
+
+def test_record_is_complete_before_the_response_leaves(redis_url):
+    """Deterministic form of the race above: at the moment the response body is sent, the
+    stored record must already be complete."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from tests.api.contract_support import build_app
+    from yana.settings import get_settings
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REDIS_URL", redis_url)
+        mp.setenv("AUTH_ENABLED", "false")
+        get_settings.cache_clear()
+        try:
+            app = build_app()
+        finally:
+            mp.undo()
+            get_settings.cache_clear()
+
+    k = key()
+    body = b'{"name": "ordered"}'
+    states = []
+
+    async def run():
+        r = aredis.Redis.from_url(redis_url, decode_responses=True)
+        stored_key = IdempotencyStore.redis_key(caller_identity(None, "10.1.2.3"), k)
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/test/labels", "raw_path": b"/test/labels", "query_string": b"",
+                 "root_path": "", "client": ("10.1.2.3", 5000), "server": ("testserver", 80),
+                 "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                             (b"content-length", str(len(body)).encode()), (b"idempotency-key", k.encode())]}
+        sent = False
+
+        async def receive():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                states.append(message["status"])
+            if message["type"] == "http.response.body":
+                states.append(json.loads(await r.get(stored_key))["state"])
+
+        try:
+            await app(scope, receive, send)
+        finally:
+            await r.aclose()
+            await app.state.redis.aclose()
+
+    asyncio.run(run())
+    assert states == [202, "complete"]

@@ -11,7 +11,8 @@ import redis
 
 def build_tiny_st_model(path: Path, name: str = "e5-tiny") -> str:
     """A small, randomly initialised BERT saved as a sentence-transformers folder."""
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     path.mkdir(parents=True, exist_ok=True)
@@ -23,8 +24,8 @@ def build_tiny_st_model(path: Path, name: str = "e5-tiny") -> str:
     hf = path / "hf"
     BertModel(cfg).save_pretrained(hf)
     tok.save_pretrained(hf)
-    word = models.Transformer(str(hf), max_seq_length=64)
-    st = SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension(), "mean")], device="cpu")
+    word = Transformer(str(hf), max_seq_length=64)
+    st = SentenceTransformer(modules=[word, Pooling(word.get_embedding_dimension(), "mean")], device="cpu")
     out = path / name  # "e5" in the name: the prefix table gives it query:/passage:
     st.save(str(out))
     return str(out)
