@@ -288,12 +288,13 @@ def search(
             idx.sync(r, _fetcher(chroma, collection))
         timing["sync_ms"] = (time.perf_counter() - t) * 1e3
         t = time.perf_counter()
-        rows = idx.filter_rows(flt)
+        mask = idx.filter_mask(flt)
+        rows = np.flatnonzero(mask)
         lex = dense = bonus = None
         matched: dict[str, set[int]] = {}
         if q:
             if mode != "dense":
-                lex = idx.bm25(qterms)[rows]
+                lex = idx.bm25(qterms, mask)[rows]
             if qvec is not None:
                 if idx.dim is not None and idx.dim != qvec.shape[0]:
                     raise YanaError("MODEL_MISMATCH", f"{collection} holds {idx.dim}-d vectors, the query is {qvec.shape[0]}-d", 409)

@@ -361,7 +361,7 @@ class LiveIndex:
         """Fold the delta blocks into the base postings and rebuild the base's term -> rows copy."""
         if not self.delta:
             return
-        self.base = _concat_blocks([self.base] + self.delta, 0) if self.base.rows else _concat_blocks(self.delta, 0)
+        self.base = _concat_blocks([self.base] + self.delta, 0)
         self.base_csc = _csc(self.base, len(self.term_id))
         self.delta, self._delta_csc = [], None
 

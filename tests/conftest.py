@@ -11,6 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+# Until a fixture points the process at a private stack, any store access fails fast instead of
+# reaching a Redis or Chroma that happens to run on this machine's default ports.
+os.environ["REDIS_URL"] = "redis://127.0.0.1:9/0"
+os.environ["CHROMA_URL"] = "http://127.0.0.1:9"
 
 from tests.stack import TestStack, start_stack  # noqa: E402
 
@@ -26,6 +30,13 @@ def _point_process_at(stack: TestStack) -> None:
     get_settings.cache_clear()
     clients._redis.cache_clear()
     clients._chroma.cache_clear()
+    # Celery reads its broker URL when the app is created: if something imported it before this
+    # point, re-point it, so nothing a test sends in-process reaches another Redis.
+    import sys
+
+    celery_mod = sys.modules.get("workers.celery_app")
+    if celery_mod is not None:
+        celery_mod.app.conf.update(broker_url=stack.redis_url, result_backend=stack.redis_url)
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,7 @@ from kombu import Queue
 
 from yana.settings import get_settings
 
-# One queue per job family, so operators can scale ingest separately from webhooks.
-QUEUES = ("default", "ingest", "reembed", "retrieve", "think", "webhooks")
+from workers.queues import QUEUES
 
 TASK_MODULES = ["tasks.demo", "tasks.webhooks", "tasks.ingest", "tasks.reembed"]
 

@@ -127,7 +127,7 @@ def worker(
     name: Annotated[str, typer.Option("-n", "--name")] = "worker",
 ) -> None:
     """Run one Celery worker (prefork; one compute thread per child)."""
-    from workers.celery_app import QUEUES
+    from workers.queues import QUEUES
 
     _exec([
         sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queues or ",".join(QUEUES),

@@ -145,7 +145,7 @@ def start_chroma(path: Path, port: int, log_dir: Path, env: dict) -> Service:
 def start_worker(
     env: dict, log_dir: Path, *, name: str = "worker", queues: str | None = None, concurrency: int = 1
 ) -> Service:
-    from workers.celery_app import QUEUES
+    from workers.queues import QUEUES
 
     hostname = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}@%h"
     argv = [

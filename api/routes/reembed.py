@@ -44,13 +44,14 @@ class Dropped(Envelope):
     operation_id="reembed",
     status_code=202,
     response_model=JobAccepted,
-    responses=ERRORS(409, 503),
+    responses=ERRORS(409, 422),
     summary="Re-embed every stored text with another model into a new collection, then swap the alias",
 )
 async def reembed(body: ReembedRequest) -> dict:
     model = embedding.canonical_model_name(body.model)
     if not await asyncio.to_thread(embedding.model_available, model):
-        raise YanaError("MODEL_UNAVAILABLE", f"embedding model {model!r} is not on this machine", 503)
+        # The caller named a model this deployment cannot load: their request, not our outage.
+        raise YanaError("MODEL_UNAVAILABLE", f"embedding model {model!r} is not on this machine", 422)
     return await asyncio.to_thread(accept_job, "reembed", {"model": model}, body.callback_url)
 
 

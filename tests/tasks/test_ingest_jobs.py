@@ -118,7 +118,7 @@ def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
 
 def test_reembed_job_swaps_the_alias_and_keeps_the_old_collection(jstack, client, tmp_path):
     missing = client.post("/v1/reembed", json={"model": "no-such-org/no-such-model"})
-    assert missing.status_code == 503 and missing.json()["error"]["code"] == "MODEL_UNAVAILABLE"
+    assert missing.status_code == 422 and missing.json()["error"]["code"] == "MODEL_UNAVAILABLE"
 
     old = client.get("/v1/collections").json()
     old_name = old["active"]
