@@ -349,7 +349,25 @@ def collections_drop(name: str, api: ApiOpt = None, token: TokenOpt = None) -> N
     out.print(f"dropped {name}")
 
 
+def sample_labels(
+    out: Annotated[Path, typer.Argument(help="folder to write the images and labels.jsonl into")],
+    n: Annotated[int, typer.Option(min=1, max=100_000, help="distinct labels")] = 50,
+    variants: Annotated[int, typer.Option(min=0, max=6, help="near-duplicate variants per label")] = 1,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write synthetic sake/juice label images (Japanese text) and a labels.jsonl for --meta,
+    to try `yana ingest OUT --meta OUT/labels.jsonl`."""
+    from yana.datagen.images import write_dataset
+
+    rows = write_dataset(out, n, seed=seed, n_variants=variants)
+    with (out / "labels.jsonl").open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps({k: v for k, v in row.items() if k not in ("params",)}, ensure_ascii=False) + "\n")
+    console.print(f"wrote {len(rows)} images ({n} labels, {variants} variant(s) each) and labels.jsonl to {out}")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("sample-labels")(sample_labels)
     app.command("ingest")(ingest)
     app.command("dedup-report")(dedup_report)
     app.command("reembed")(reembed)

@@ -215,22 +215,10 @@ def real_photos() -> list[tuple[str, Image.Image]]:
 
 
 def label_set(n: int, seed: int = 0) -> list[dict]:
-    """n label metadata dicts: from the shared catalogue when present, else a small built-in one."""
-    try:
-        from yana.datagen.catalog import label_dicts
+    """n label metadata dicts from the shared synthetic catalogue."""
+    from yana.datagen.catalog import label_dicts
 
-        return label_dicts(n, seed)
-    except ImportError:
-        rng = random.Random(seed)
-        brands = ["獺祭", "八海山", "久保田", "十四代", "北の誉", "雪の鶴", "田酒", "黒龍", "みかん畑", "青林檎"]
-        regions = ["小樽", "新潟", "山口", "伏見", "灘", "愛媛", "青森"]
-        return [
-            {"category": "juice" if b in ("みかん畑", "青林檎") else "sake", "brand_name": f"{b}{i}",
-             "product_name": rng.choice(["純米吟醸", "大吟醸", "本醸造", "ストレート果汁"]),
-             "brewery": f"{rng.choice(['山田', '佐藤', '高橋'])}酒造", "region": rng.choice(regions),
-             "label_features": rng.sample(["辛口", "フルーティ", "華やか", "淡麗", "濃醇"], 2)}
-            for i, b in enumerate(rng.choice(brands) for _ in range(n))
-        ]
+    return label_dicts(n, seed)
 
 
 def write_dataset(out_dir: Path, n: int, *, seed: int = 0, size: tuple[int, int] = (240, 360),
