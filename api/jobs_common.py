@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 
 from api.schemas import Envelope
-from pipelines.webhooks import resolve_target
+from pipelines.safe_http import resolve_target
 from tasks import registry
 from yana import context
 from yana.settings import get_settings

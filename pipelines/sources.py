@@ -15,7 +15,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
-from pipelines.webhooks import get_pinned, resolve_target
+from pipelines.safe_http import get_pinned, resolve_target
 from yana.errors import YanaError
 
 MAX_REDIRECTS = 3

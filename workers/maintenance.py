@@ -9,7 +9,6 @@ import os
 import socket
 import threading
 
-from pipelines import jobs as jobstore
 from tasks import registry
 from tasks.webhooks import deliver
 from yana.settings import get_settings

@@ -15,7 +15,6 @@ import hashlib
 import html
 import io
 import json
-import os
 import threading
 import time
 from collections import defaultdict

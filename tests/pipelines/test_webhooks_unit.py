@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from pipelines.webhooks import backoff_s, resolve_target, schedule_span_s, sign
+from pipelines.safe_http import resolve_target
+from pipelines.webhooks import backoff_s, schedule_span_s, sign
 from yana.errors import YanaError
 from yana.settings import Settings
 
