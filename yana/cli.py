@@ -44,6 +44,27 @@ def _flower_args() -> list[str]:
     return []
 
 
+UP_ENV = "up.env"  # where `yana up` tells other yana commands (ingest, dedup-report...) its URLs
+
+
+def _write_up_env(data_dir: Path, stack: processes.Stack) -> None:
+    lines = [f"REDIS_URL={stack.env['REDIS_URL']}", f"CHROMA_URL={stack.env['CHROMA_URL']}",
+             f"YANA_API_URL={stack.get('api').url}", f"DATA_DIR={data_dir}"]
+    (data_dir / UP_ENV).write_text("\n".join(lines) + "\n")
+
+
+def _load_up_env() -> None:
+    """A command run beside `yana up` finds its services without configuration; explicit
+    environment variables always win."""
+    path = Path(os.environ.get("DATA_DIR", "./data")) / UP_ENV
+    if not path.is_file():
+        return
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            os.environ.setdefault(key.strip(), value.strip())
+
+
 @app.command()
 def up(
     data_dir: Annotated[Path, typer.Option(help="where Redis, Chroma, images and logs live")] = Path("./data"),
@@ -78,6 +99,7 @@ def up(
             stack.env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
         stack.add(processes.start_flower(stack.env, _port_or_free(flower_port), stack.log_dir, flower_args))
         stack.add(processes.start_api(stack.env, _port_or_free(api_port), stack.log_dir))
+        _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
         for svc in stack.services:
             console.print(f"  {svc.name:<7} {svc.url}")
@@ -101,6 +123,7 @@ def up(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         t0 = time.monotonic()
+        (data_dir / UP_ENV).unlink(missing_ok=True)
         stack.stop()
         console.print(f"stopped {len(stack.services)} process(es) in {time.monotonic() - t0:.1f}s")
     raise typer.Exit(code)
@@ -161,6 +184,8 @@ _register_optional("yana.cli_ingest")
 
 
 def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] != "up":
+        _load_up_env()
     app()
 
 
