@@ -129,7 +129,12 @@ def up(
     raise typer.Exit(code)
 
 
-def _exec(argv: list[str], **env: str) -> None:
+RedisOpt = Annotated[Optional[str], typer.Option("--redis-url", envvar="REDIS_URL", help="shared Redis (broker, results, indexes)")]
+ChromaOpt = Annotated[Optional[str], typer.Option("--chroma-url", envvar="CHROMA_URL", help="shared Chroma server")]
+
+
+def _exec(argv: list[str], redis_url: str | None, chroma_url: str | None = None) -> None:
+    env = {k: v for k, v in (("REDIS_URL", redis_url), ("CHROMA_URL", chroma_url)) if v}
     os.execvpe(argv[0], argv, processes.child_env(**env))
 
 
@@ -138,9 +143,12 @@ def api(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+    redis_url: RedisOpt = None,
+    chroma_url: ChromaOpt = None,
 ) -> None:
     """Serve the HTTP API (against REDIS_URL and CHROMA_URL)."""
-    _exec([sys.executable, "-m", "uvicorn", "api.main:app", "--host", host, "--port", str(port), "--workers", str(workers), "--no-access-log"])
+    argv = [sys.executable, "-m", "uvicorn", "api.main:app", "--host", host, "--port", str(port), "--workers", str(workers), "--no-access-log"]
+    _exec(argv, redis_url, chroma_url)
 
 
 @app.command()
@@ -148,23 +156,28 @@ def worker(
     queues: Annotated[Optional[str], typer.Option("-Q", "--queues", help="comma-separated; default: every queue")] = None,
     concurrency: Annotated[int, typer.Option("-c", "--concurrency")] = 1,
     name: Annotated[str, typer.Option("-n", "--name")] = "worker",
+    redis_url: RedisOpt = None,
+    chroma_url: ChromaOpt = None,
 ) -> None:
     """Run one Celery worker (prefork; one compute thread per child)."""
     from workers.queues import QUEUES
 
-    _exec([
+    argv = [
         sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queues or ",".join(QUEUES),
         "-c", str(concurrency), "-n", f"{name}@%h", "-l", "INFO", "-E",
-    ])
+    ]
+    _exec(argv, redis_url, chroma_url)
 
 
 @app.command()
 def flower(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 5555,
+    redis_url: RedisOpt = None,
 ) -> None:
     """Run Flower (monitoring) against REDIS_URL."""
-    _exec([sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower", f"--address={host}", f"--port={port}", *_flower_args()])
+    argv = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower", f"--address={host}", f"--port={port}", *_flower_args()]
+    _exec(argv, redis_url)
 
 
 def _register_optional(module: str) -> None:
