@@ -83,8 +83,8 @@ redis.call('SET', hb, token, 'PX', hb_ttl_ms)
 return {'ok', attempts}
 """
 
-# Compare-and-set a status. ARGV: new_status, allowed_csv, require_token ('' = any), now_ms, then
-# field/value pairs. Returns the previous status, or false when the transition was not allowed.
+# Compare-and-set a status. KEYS: job, active set, heartbeat, webhook schedule. ARGV: new_status,
+# allowed_csv, require_token ('' = any), now_ms, job_id, then field/value pairs. Returns the previous status, or false when the transition was not allowed.
 # Entering a terminal state schedules the job's webhook (if it has a callback) in the same step,
 # so no path to a terminal state (worker, API cancel, reconciler) can forget it.
 _TRANSITION = """
@@ -96,13 +96,13 @@ for s in string.gmatch(ARGV[2], '[^,]+') do if s == status then ok = true end en
 if not ok then return false end
 if ARGV[3] ~= '' and redis.call('HGET', job, 'token') ~= ARGV[3] then return false end
 redis.call('HSET', job, 'status', ARGV[1])
-for i = 5, #ARGV, 2 do redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
+for i = 6, #ARGV, 2 do redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
 if ARGV[1] == 'succeeded' or ARGV[1] == 'failed' or ARGV[1] == 'cancelled' then
-  redis.call('SREM', KEYS[2], KEYS[3])
-  redis.call('DEL', KEYS[4])
+  redis.call('SREM', KEYS[2], ARGV[5])
+  redis.call('DEL', KEYS[3])
   redis.call('PEXPIRE', job, tonumber(redis.call('HGET', job, 'retention_ms')))
   if (redis.call('HGET', job, 'callback_url') or '') ~= '' then
-    redis.call('ZADD', KEYS[5], ARGV[4], KEYS[3])
+    redis.call('ZADD', KEYS[4], ARGV[4], ARGV[5])
   end
 end
 return status
@@ -276,11 +276,11 @@ class JobStore:
         return meta
 
     def _set_status(self, job_id: str, new: str, allowed: Iterable[str], token: str = "", **fields: Any) -> str | None:
-        args: list[Any] = [new, ",".join(allowed), token, now_ms()]
+        args: list[Any] = [new, ",".join(allowed), token, now_ms(), job_id]
         fields.setdefault("updated_at", now_iso())
         for k, v in fields.items():
             args += [k, v if isinstance(v, (str, int, float)) else _dump(v)]
-        prev = self._transition(keys=[job_key(job_id), ACTIVE, job_id, hb_key(job_id), WEBHOOKS_DUE], args=args)
+        prev = self._transition(keys=[job_key(job_id), ACTIVE, hb_key(job_id), WEBHOOKS_DUE], args=args)
         return prev or None
 
     def succeed(self, job_id: str, token: str, result: Any) -> bool:
