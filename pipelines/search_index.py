@@ -21,18 +21,23 @@ up (amortised, in the syncing process only). Document frequencies are kept per t
 rows, so BM25's idf needs no scan.
 
 Loading is vectorised: a cold process applies a batch of chunks with a handful of numpy calls per
-batch (term ids through one C-level dict map, vectors through one frombuffer), about 5 s for
-100k chunks on this machine, most of it reading ~240 MB from Redis.
+batch (term ids through one C-level dict map, vectors through one frombuffer, filter codes through
+one map per field), 6-9 s for 100k chunks on this shared 2-core machine (per-chunk Python: 10-24 s).
+About half of it is reading and parsing ~240 MB from Redis with redis-py's pure-Python parser
+(hiredis halves that part). Hit fields are built only for the rows a query shows, from the parsed
+metadata.
 """
 
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 import math
 import threading
 import time
 from itertools import chain
+from operator import methodcaller
 from typing import Callable
 
 import numpy as np
@@ -75,10 +80,7 @@ def raw_client(r: redis.Redis) -> redis.Redis:
 
 
 def hit_fields(chunk_id: str, md: dict) -> dict:
-    """The fields a hit shows (seed 000 /v1/chat hits), from a chunk's metadata.
-
-    Only strings and a tuple: such dicts drop out of the cyclic GC's tracking, so 100k of them
-    add nothing to a full collection's pause."""
+    """The fields a hit shows (seed 000 /v1/chat hits), from a chunk's metadata."""
     feats = md.get("label_features")
     if isinstance(feats, str):
         from pipelines.labels import normalise_features
@@ -107,6 +109,25 @@ class _TermIds(dict):
     def __missing__(self, term: str) -> int:
         tid = self[term] = len(self)
         return tid
+
+
+class _ValueCodes(dict):
+    """A metadata value as stored -> its filter code; an unseen value is coded on lookup."""
+
+    def __init__(self, index: "LiveIndex", field: str):
+        super().__init__()
+        self.index, self.field = index, field
+
+    def __missing__(self, raw) -> int:
+        code = self[raw] = self.index._code(self.field, raw)
+        return code
+
+
+def _number(v) -> float:
+    try:
+        return float(v or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 class _Block:
@@ -154,7 +175,10 @@ class LiveIndex:
         self.dim: int | None = None
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
-        self.hits: list[dict | None] = []
+        # parsed metadata per row (dead rows: None); hit fields are built from it for shown rows
+        # only. Dicts of strings and numbers drop out of the cyclic GC's tracking, so 100k of them
+        # add nothing to a full collection's pause.
+        self.metas: list[dict | None] = []
         self.texts: list[str] = []
         self.alive = np.zeros(0, dtype=bool)
         self.has_vec = np.zeros(0, dtype=bool)
@@ -164,12 +188,13 @@ class LiveIndex:
         self.codes = {f: np.zeros(0, dtype=np.int32) for f in CODE_FIELDS}
         self.value_code: dict[str, dict[str, int]] = {f: {} for f in CODE_FIELDS}
         self.value_romaji: dict[str, dict[str, set[int]]] = {f: {} for f in CODE_FIELDS}
-        self._raw_code: dict[str, dict[str, int]] = {f: {} for f in CODE_FIELDS}  # value as stored -> code
+        self._raw_code = {f: _ValueCodes(self, f) for f in CODE_FIELDS}
         self.term_id: _TermIds = _TermIds()
         self.df = np.zeros(0, dtype=np.int64)  # live rows holding each term
         self.base = _concat_blocks([], 0)  # rows [0, base.rows)
         self.base_csc: sparse.csc_matrix | None = None
         self.delta: list[_Block] = []  # rows [base.rows, n)
+        self._delta_starts: list[int] = []
         self._delta_csc: sparse.csc_matrix | None = None
         self.n_alive = 0
         self.total_len = 0.0
@@ -190,14 +215,25 @@ class LiveIndex:
             # highest score seen as the new position loses no change (a later one shows up again).
             new_seq = int(max(score for _, score in changed))
             ids = [i for i, _ in changed]
+            self._grow(self.n + len(ids))  # once, not by doubling while a cold load streams in
             raw = raw_client(r)
             missing_vec: list[str] = []
-            for start in range(0, len(ids), _FETCH_BATCH):
-                part = ids[start : start + _FETCH_BATCH]
-                pipe = raw.pipeline(transaction=False)
-                for id_ in part:
-                    pipe.hmget(p + "doc:" + id_, *_DOC_FIELDS)
-                missing_vec += self.apply(part, pipe.execute())
+            # A bulk load creates ~2 dicts per chunk that outlive a young collection, so the
+            # cyclic GC would rescan them over and over (~12% of a cold load); it holds no cycles,
+            # so the GC waits until the load is done.
+            gc_was_on = len(ids) > _FETCH_BATCH and gc.isenabled()
+            if gc_was_on:
+                gc.disable()
+            try:
+                for start in range(0, len(ids), _FETCH_BATCH):
+                    part = ids[start : start + _FETCH_BATCH]
+                    pipe = raw.pipeline(transaction=False)
+                    for id_ in part:
+                        pipe.hmget(p + "doc:" + id_, *_DOC_FIELDS)
+                    missing_vec += self.apply(part, pipe.execute())
+            finally:
+                if gc_was_on:
+                    gc.enable()
             if missing_vec and fetch_vectors is not None:
                 self._fill_vectors(missing_vec, fetch_vectors)
             self.seq = new_seq
@@ -223,7 +259,7 @@ class LiveIndex:
         cap = max(1024, self.cap * 2, need)
 
         def grown(a, fill=0):
-            out = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
+            out = np.zeros((cap,) + a.shape[1:], dtype=a.dtype) if fill == 0 else np.full(cap, fill, dtype=a.dtype)
             out[: self.n] = a[: self.n]
             return out
 
@@ -235,30 +271,23 @@ class LiveIndex:
         self.cap = cap
 
     def _code(self, field: str, raw) -> int:
-        raw = raw if isinstance(raw, str) else str(raw or "")
-        code = self._raw_code[field].get(raw)
-        if code is not None:
-            return code
-        v = lexical.filter_value(raw)
+        v = lexical.filter_value(raw) if raw else ""
         if not v:
-            code = -1
-        else:
-            codes = self.value_code[field]
-            code = codes.get(v)
-            if code is None:
-                code = codes[v] = len(codes)
-                if field != "category":
-                    rom = romaji_of(v)
-                    if len(rom) >= 4:
-                        self.value_romaji[field].setdefault(rom, set()).add(code)
-        self._raw_code[field][raw] = code
+            return -1
+        codes = self.value_code[field]
+        code = codes.get(v)
+        if code is None:
+            code = codes[v] = len(codes)
+            if field != "category":
+                rom = romaji_of(v)
+                if len(rom) >= 4:
+                    self.value_romaji[field].setdefault(rom, set()).add(code)
         return code
 
     def _row_terms(self, row: int) -> np.ndarray:
         if row < self.base.rows:
             return self.base.terms_of(row)
-        i = bisect.bisect_right([b.start for b in self.delta], row) - 1
-        return self.delta[i].terms_of(row)
+        return self.delta[bisect.bisect_right(self._delta_starts, row) - 1].terms_of(row)
 
     def _remove(self, id_: str) -> None:
         row = self.row_of.pop(id_, None)
@@ -269,14 +298,14 @@ class LiveIndex:
         self.total_len -= float(self.doclen[row])
         self.dead += 1
         self.df[self._row_terms(row)] -= 1  # a row's term ids are distinct
-        self.hits[row] = None
+        self.metas[row] = None
         self.texts[row] = ""
 
     def _append(self, present: list[tuple[str, list]]) -> list[str]:
         m, start = len(present), self.n
         self._grow(start + m)
         ids = [id_ for id_, _ in present]
-        texts = [(d[0] or b"").decode() for _, d in present]
+        texts = [d[0].decode() if d[0] else "" for _, d in present]
         tf_maps = [
             orjson.loads(d[1]) if d[2] == _TOK and d[1] else lexical.terms_of(text)  # other tokenizer: re-tokenize
             for (_, d), text in zip(present, texts)
@@ -296,18 +325,26 @@ class LiveIndex:
         self.df[: len(self.term_id)] += np.bincount(tids, minlength=len(self.term_id))
         doclen = np.bincount(np.repeat(np.arange(m), lens), weights=tfs, minlength=m).astype(np.float32)
         self.delta.append(_Block(start, indptr, tids, tfs))
+        self._delta_starts.append(start)
         self._delta_csc = None
 
         sl = slice(start, start + m)
         self.doclen[sl] = doclen
         self.total_len += float(doclen.sum(dtype=np.float64))
-        self.ts[sl] = np.fromiter((float(md.get("ingested_at_ts") or 0.0) for md in metas), dtype=np.float64, count=m)
-        for f in CODE_FIELDS:
-            self.codes[f][sl] = np.fromiter((self._code(f, md.get(f)) for md in metas), dtype=np.int32, count=m)
+        try:
+            self.ts[sl] = np.fromiter(map(methodcaller("get", "ingested_at_ts", 0.0), metas), dtype=np.float64, count=m)
+        except (TypeError, ValueError):  # a missing (None) or non-numeric timestamp somewhere
+            self.ts[sl] = [_number(md.get("ingested_at_ts")) for md in metas]
+        for f in CODE_FIELDS:  # one C-level map per field; only unseen values reach Python
+            values = map(methodcaller("get", f, ""), metas)
+            try:
+                self.codes[f][sl] = np.fromiter(map(self._raw_code[f].__getitem__, values), dtype=np.int32, count=m)
+            except TypeError:  # an unhashable value (a list) somewhere
+                self.codes[f][sl] = [self._code(f, md.get(f)) for md in metas]
         self.alive[sl] = True
         self.has_vec[sl] = False
         self.ids += ids
-        self.hits += [hit_fields(id_, md) for id_, md in zip(ids, metas)]
+        self.metas += metas
         self.texts += texts
         self.row_of.update(zip(ids, range(start, start + m)))
         self.n += m
@@ -363,7 +400,7 @@ class LiveIndex:
             return
         self.base = _concat_blocks([self.base] + self.delta, 0)
         self.base_csc = _csc(self.base, len(self.term_id))
-        self.delta, self._delta_csc = [], None
+        self.delta, self._delta_starts, self._delta_csc = [], [], None
 
     def _compact(self) -> None:
         """Drop dead rows (renumbering the live ones) and rebuild the postings."""
@@ -374,7 +411,7 @@ class LiveIndex:
         self.base = _Block(0, csr.indptr.astype(np.int64), csr.indices.astype(np.int32), csr.data.astype(np.float32))
         self.base_csc = _csc(self.base, len(self.term_id))
         self.ids = [self.ids[i] for i in keep]
-        self.hits = [self.hits[i] for i in keep]
+        self.metas = [self.metas[i] for i in keep]
         self.texts = [self.texts[i] for i in keep]
         n = len(keep)
         for name in ("alive", "has_vec", "doclen", "ts"):
@@ -395,6 +432,10 @@ class LiveIndex:
         self.dead = 0
 
     # ---------------------------------------------------------------- queries (hold self.lock)
+    def hit(self, row: int) -> dict:
+        """The hit fields of a live row."""
+        return hit_fields(self.ids[row], self.metas[row])
+
     def filter_mask(self, filters: dict[str, list[str]]) -> np.ndarray:
         """Rows alive and matching every filter (values of one field are OR-ed), as a mask over n."""
         mask = self.alive[: self.n].copy()
@@ -433,6 +474,7 @@ class LiveIndex:
         if not self.n_alive:
             return scores
         allowed = self.alive[: self.n] if mask is None else mask
+        every_row = mask is None and self.n_alive == self.n  # nothing to drop from a posting list
         avgdl = max(self.total_len / self.n_alive, 1e-6)
         for term in dict.fromkeys(terms):
             tid = self.term_id.get(term)
@@ -441,8 +483,9 @@ class LiveIndex:
             df = int(self.df[tid])
             idf = math.log(1.0 + (self.n_alive - df + 0.5) / (df + 0.5))
             for rows, tf in self._postings(tid):
-                keep = allowed[rows]
-                rows, tf = rows[keep], tf[keep]
+                if not every_row:
+                    keep = allowed[rows]
+                    rows, tf = rows[keep], tf[keep]
                 if rows.shape[0]:
                     norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.doclen[rows] / avgdl)
                     scores[rows] += idf * tf * (BM25_K1 + 1.0) / (tf + norm)  # rows are distinct per part

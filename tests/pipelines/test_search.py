@@ -281,14 +281,22 @@ def test_compaction_keeps_results(corpus):
     idx._compact()
     assert idx.dead == 0 and idx.n == idx.n_alive == before
     assert all(idx.ids[row] == id_ for id_, row in idx.row_of.items())
-    fresh = LiveIndex(corpus.name)
-    fresh.sync(corpus.r)
+    live = list(idx.row_of)
+    fresh = LiveIndex(corpus.name)  # the same chunks, loaded in small syncs: all in delta blocks
+    for i in range(0, len(live), 50):
+        fresh.apply(live[i : i + 50], _stored_docs(corpus, live[i : i + 50]))
+    assert fresh.base.rows == 0 and len(fresh.delta) > 1
     for query in ("獺祭", "純米 辛口", "otaru"):
         got = idx.bm25(tokenize(query))
         want = fresh.bm25(tokenize(query))
         assert np.count_nonzero(want) >= 1
         by_id = {id_: float(got[row]) for id_, row in idx.row_of.items()}
         assert by_id == pytest.approx({id_: float(want[row]) for id_, row in fresh.row_of.items()}, rel=1e-5)
+    fresh._merge_delta()  # the same postings read from one merged base
+    assert not fresh.delta and fresh.base.rows == fresh.n
+    for query in ("獺祭", "純米 辛口", "otaru"):
+        by_id = {id_: float(fresh.bm25(tokenize(query))[row]) for id_, row in fresh.row_of.items()}
+        assert by_id == pytest.approx({id_: float(idx.bm25(tokenize(query))[row]) for id_, row in idx.row_of.items()}, rel=1e-5)
 
 
 def test_bm25_under_a_filter_scores_the_filtered_rows_as_without_it(corpus):
