@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,9 @@ async def lifespan(app: FastAPI):
     app.state.settings = s
     app.state.started_at = time.monotonic()
     app.state.redis = get_async_redis(s)
+    # Everything imported so far (FastAPI, pydantic, torch, chromadb...) lives as long as the
+    # process: keep it out of the collector's full passes, which otherwise pause requests ~60 ms.
+    gc.freeze()
     try:
         yield
     finally:

@@ -19,8 +19,6 @@ KINDS: dict[str, Kind] = {
     "demo.sleep": Kind("yana.demo.sleep", "default"),
     "ingest": Kind("yana.ingest.run", "ingest"),
     "reembed": Kind("yana.reembed.run", "reembed"),
-    "retrieve": Kind("yana.retrieve.run", "retrieve"),
-    "think": Kind("yana.think.run", "think"),
 }
 
 

@@ -12,15 +12,9 @@ from workers.queues import QUEUES
 TASK_MODULES = ["tasks.demo", "tasks.webhooks", "tasks.ingest", "tasks.reembed"]
 
 
-def _existing(modules: list[str]) -> list[str]:
-    import importlib.util
-
-    return [m for m in modules if importlib.util.find_spec(m) is not None]
-
-
 def create_app() -> Celery:
     s = get_settings()
-    app = Celery("yana", broker=s.redis_url, backend=s.redis_url, include=_existing(TASK_MODULES))
+    app = Celery("yana", broker=s.redis_url, backend=s.redis_url, include=TASK_MODULES)
     transport = {
         # Must exceed the longest task, or Redis hands an unacked message to a second worker.
         "visibility_timeout": s.visibility_timeout_s,
