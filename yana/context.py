@@ -57,3 +57,9 @@ def set_current(corr: Correlation | None) -> contextvars.Token:
 
 def reset(token: contextvars.Token) -> None:
     _current.reset(token)
+
+
+def body_ids() -> dict:
+    """run_id / trace_id of the current request, for the bodies the seed says carry them."""
+    corr = _current.get()
+    return {"run_id": corr.run_id if corr else None, "trace_id": corr.trace_id if corr else None}

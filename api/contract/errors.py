@@ -71,12 +71,7 @@ last_error = LastError()
 
 
 def error_body(err: YanaError) -> dict:
-    corr = context.current()
-    return {
-        "error": err.body(),
-        "run_id": corr.run_id if corr else None,
-        "trace_id": corr.trace_id if corr else None,
-    }
+    return {"error": err.body(), **context.body_ids()}
 
 
 def error_response(err: YanaError, headers: dict | None = None) -> JSONResponse:

@@ -233,16 +233,14 @@ async def _answer(request: Request, body: ChatRequest) -> dict:
         started=started,
         turn_log=default_turn_log(settings),
     )
-    corr = correlation.current()
     return {
         "reply": out.reply,
         "hits": [{k: h.get(k) for k in ChatHit.model_fields} for h in out.hits],
         "llm": out.llm,
         "elapsed_ms": int((time.monotonic() - started) * 1000),
         "rag_hit_count": out.rag_hit_count,
-        "run_id": corr.run_id if corr else None,
-        "trace_id": corr.trace_id if corr else None,
         "warnings": out.warnings,
+        **correlation.body_ids(),
     }
 
 

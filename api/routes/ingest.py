@@ -237,10 +237,8 @@ def _fast_dedup(item: _Item, s: Settings, strict: bool) -> dict | None:
         return None
     if strict:
         raise YanaError("CONFLICT", f"this image is already indexed as {hit['id']}", 409)
-    corr = context.current()
     return IngestDedup(
-        id=hit["id"], hash_sha1=sha1, phash=hit["phash"], file_path=hit["file_path"] or None,
-        run_id=corr.run_id if corr else None, trace_id=corr.trace_id if corr else None,
+        id=hit["id"], hash_sha1=sha1, phash=hit["phash"], file_path=hit["file_path"] or None, **context.body_ids(),
     ).model_dump()
 
 

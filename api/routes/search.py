@@ -87,10 +87,7 @@ async def _run(req: SearchRequest) -> dict:
     out = await asyncio.to_thread(
         search, req.query_text, filters, k=req.k, sort_by=req.sort_by, page=req.page, page_size=req.page_size,
     )
-    corr = correlation.current()
-    out["run_id"] = corr.run_id if corr else None
-    out["trace_id"] = corr.trace_id if corr else None
-    return out
+    return {**out, **correlation.body_ids()}
 
 
 @router.post(

@@ -192,11 +192,9 @@ async def run_chat(inp: ChatInput, deps: ChatDeps, *, started: float | None = No
 def turn_record(out: ChatOutput) -> dict:
     """Seed 003 §7 subset + the turn's outcome, for the JSON-lines log (masked by TurnLog)."""
     v = out.state
-    corr = correlation.current()
     return {
         "event": "chat_turn",
-        "run_id": corr.run_id if corr else None,
-        "trace_id": corr.trace_id if corr else None,
+        **correlation.body_ids(),
         **logging_subset(v),
         "session_id": out.session_id,
         "turn_id": out.turn_id,
