@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from api.schemas import Envelope
 from pipelines.safe_http import resolve_target
 from tasks import registry

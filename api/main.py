@@ -8,9 +8,10 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
-from api.contract import install_contract
-from api.routes import ROUTERS
+from api.contract import include_router, install_contract
+from api.routes import ROUTERS, metrics
 from yana import NAME, __version__
 from yana.clients import get_async_redis
 from yana.settings import get_settings
@@ -32,15 +33,17 @@ async def lifespan(app: FastAPI):
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(
+    # /docs and /redoc load their scripts from this server (the package's static files), not a CDN.
+    app = FastAPIOffline(
         title=NAME,
         version=__version__,
         description="yana: label knowledge, hybrid search, chat fast path and jobs.",
         lifespan=lifespan,
     )
     for router in ROUTERS:
-        app.include_router(router)
+        include_router(app, router)
     install_contract(app)
+    metrics.install(app)
     return app
 
 

@@ -8,15 +8,17 @@ from yana import POLICY_VERSION, __version__
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(description="BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, REQUEST_TIMEOUT, CONFLICT, "
-                                  "PAYLOAD_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, UNPROCESSABLE, RATE_LIMITED, "
-                                  "INTERNAL, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ...")
+    code: str = Field(
+        description="BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, REQUEST_TIMEOUT, CONFLICT, "
+        "PAYLOAD_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, UNPROCESSABLE, RATE_LIMITED, "
+        "INTERNAL, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ..."
+    )
     message: str
     retryable: bool = Field(description="true when the same request may succeed later (retry with backoff)")
 
 
 class ErrorResponse(BaseModel):
-    """Every error response of every route (seed 000)."""
+    """The body of every error response of every route."""
 
     error: ErrorDetail
     run_id: str | None = None
@@ -24,7 +26,7 @@ class ErrorResponse(BaseModel):
 
 
 class Envelope(BaseModel):
-    """Every successful JSON body carries the server and policy versions (seed 000)."""
+    """Every successful JSON body carries the server and policy versions."""
 
     model_config = ConfigDict(extra="allow")
     server_version: str = __version__
@@ -49,7 +51,8 @@ DESCRIPTIONS = {
 
 
 def ERRORS(*statuses: int) -> dict:  # noqa: N802 - reads like a constant in route decorators
-    """OpenAPI `responses` for a route's own error statuses (404, 409, ...). Those the contract
-    adds to every route (400, 401, 408, 413, 415, 429, 5xx) are filled in by api.contract.openapi."""
-    common = {400, 401, 429, 500}
-    return {s: {"model": ErrorResponse, "description": DESCRIPTIONS[s]} for s in sorted(common | set(statuses))}
+    """OpenAPI `responses` for a route's own error statuses (404, 409, ...), with the error body.
+    Those every route can answer (400, 5xx; 401 and 429 when protected) come with
+    api.contract.include_router; those its policy implies (408, 413, 415, Idempotency-Key's 409
+    and 422) are added by api.contract.openapi."""
+    return {s: {"model": ErrorResponse, "description": DESCRIPTIONS[s]} for s in sorted(set(statuses))}

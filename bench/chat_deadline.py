@@ -38,8 +38,11 @@ def series(client, stub, name, behaviour, n, budget_ms, body=None) -> None:
     for _ in range(n):
         stub.script(behaviour)
         ms, out, code = one(client, body)
-        print(f"{name:<38} status={code} elapsed={ms:8.1f} ms  budget={budget_ms} ms  "
-              f"margin={budget_ms - ms:7.1f} ms  llm={out.get('llm')} warnings={out.get('warnings')}", flush=True)
+        print(
+            f"{name:<38} status={code} elapsed={ms:8.1f} ms  budget={budget_ms} ms  "
+            f"margin={budget_ms - ms:7.1f} ms  llm={out.get('llm')} warnings={out.get('warnings')}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -49,9 +52,18 @@ def main() -> None:
     args = ap.parse_args()
     stub = OpenAIStub(default=reply("ほな、ええで。")).start()
     with tempfile.TemporaryDirectory(prefix="yana-chat-deadline-") as tmp:
-        stack = start_stack(Path(tmp), chroma=False, worker=False, OPENAI_BASE_URL=stub.base_url,
-                            OPENAI_MODEL="stub", OPENAI_API_KEY="sk-bench", CHAT_TIMEOUT_MS=str(args.budget_ms),
-                            CHAT_BREAKER_FAILURES="1000", RATE_LIMIT="1000/second", RATE_BURST="1000")
+        stack = start_stack(
+            Path(tmp),
+            chroma=False,
+            worker=False,
+            OPENAI_BASE_URL=stub.base_url,
+            OPENAI_MODEL="stub",
+            OPENAI_API_KEY="sk-bench",
+            CHAT_TIMEOUT_MS=str(args.budget_ms),
+            CHAT_BREAKER_FAILURES="1000",
+            RATE_LIMIT="1000/second",
+            RATE_BURST="1000",
+        )
         try:
             with httpx.Client(base_url=stack.api_url, timeout=args.budget_ms / 1000 + 10) as c:
                 one(c, {"user_text": "warm"})
@@ -60,8 +72,15 @@ def main() -> None:
                 series(c, stub, "stalled LLM", stall(120), args.n, args.budget_ms)
                 series(c, stub, "slow-loris LLM (1 byte / 0.5 s)", trickle(0.5), args.n, args.budget_ms)
                 ceiling = 3000
-                series(c, stub, f"stalled LLM, caller timeout_ms={ceiling}", stall(120), args.n, ceiling,
-                       {"user_text": "北の誉", "timeout_ms": ceiling})
+                series(
+                    c,
+                    stub,
+                    f"stalled LLM, caller timeout_ms={ceiling}",
+                    stall(120),
+                    args.n,
+                    ceiling,
+                    {"user_text": "北の誉", "timeout_ms": ceiling},
+                )
 
                 results: list[float] = []
 
@@ -75,8 +94,10 @@ def main() -> None:
                     th.start()
                 for th in threads:
                     th.join()
-                print(f"{'2 parallel sessions, stalled LLM':<38} elapsed={[round(x, 1) for x in results]} ms  "
-                      f"budget={args.budget_ms} ms")
+                print(
+                    f"{'2 parallel sessions, stalled LLM':<38} elapsed={[round(x, 1) for x in results]} ms  "
+                    f"budget={args.budget_ms} ms"
+                )
         finally:
             stack.stop()
             stub.stop()

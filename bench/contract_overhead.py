@@ -28,7 +28,7 @@ import httpx  # noqa: E402
 from fastapi import APIRouter, FastAPI  # noqa: E402
 
 from api.schemas import Envelope  # noqa: E402
-from yana import processes  # noqa: E402
+from cli import processes  # noqa: E402
 
 bench = APIRouter(tags=["bench"])
 
@@ -64,8 +64,13 @@ async def main(n: int, redis_url: str) -> None:
     from yana.clients import get_async_redis
     from yana.settings import get_settings
 
-    os.environ.update(REDIS_URL=redis_url, AUTH_ENABLED="true", AUTH_TOKENS="bench-token",
-                      RATE_LIMIT="1000000/second", RATE_BURST="1000000")
+    os.environ.update(
+        REDIS_URL=redis_url,
+        AUTH_ENABLED="true",
+        AUTH_TOKENS="bench-token",
+        RATE_LIMIT="1000000/second",
+        RATE_BURST="1000000",
+    )
     get_settings.cache_clear()
     logging.getLogger("yana.access").setLevel(logging.WARNING)  # measure the work, not stderr
 
@@ -84,8 +89,10 @@ async def main(n: int, redis_url: str) -> None:
     contract.state.started_at = time.monotonic()
 
     auth = {"Authorization": "Bearer bench-token"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=baseline), base_url="http://b") as b, \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=contract), base_url="http://c") as c:
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=baseline), base_url="http://b") as b,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=contract), base_url="http://c") as c,
+    ):
         await timed(b, "/bench/ping", 200)
         await timed(c, "/v1/version", 200)
         await timed(c, "/bench/ping", 200, auth)
@@ -95,14 +102,16 @@ async def main(n: int, redis_url: str) -> None:
     print(summary("baseline", base))
     print(summary("contract", public))
     print(summary("contract+", protected))
-    print(f"overhead    p50 +{statistics.median(public) - statistics.median(base):.3f} ms public, "
-          f"+{statistics.median(protected) - statistics.median(base):.3f} ms protected (auth + Redis bucket)")
+    print(
+        f"overhead    p50 +{statistics.median(public) - statistics.median(base):.3f} ms public, "
+        f"+{statistics.median(protected) - statistics.median(base):.3f} ms protected (auth + Redis bucket)"
+    )
 
     r = get_async_redis()
     limiter = TokenBucketLimiter(r)
     rate = Rate.parse("1000000/second", 1000000)
     t = time.perf_counter()
-    for i in range(n):
+    for _ in range(n):
         await limiter.hit("bench:seq", rate)
     seq = n / (time.perf_counter() - t)
     t = time.perf_counter()

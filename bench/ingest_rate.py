@@ -1,11 +1,12 @@
 """End-to-end ingest rate (POST → indexed, through API, worker, Redis, Chroma server) beside the
 embedding backend alone on the same label texts, in the same run.
 
-    .venv/bin/python bench/ingest_rate.py [--n 256] [--batch 16] [--parallel 2]
+    .venv/bin/python bench/ingest_rate.py [--n 256] [--batch 16] [--parallel 2] [--workers 1,2]
 
-Starts a private stack (tests/stack.py: redis-server, chroma, one worker with concurrency 1, the
-API) in a temp folder. The ratio e2e / embedding-only says how much of the worker's time goes to
-everything but the model (decode, hashes, pHash index, storage, Chroma, lexical index, HTTP).
+Starts a private stack (tests/stack.py: redis-server, chroma, the API) in a temp folder, then one
+phase per worker count: worker processes of concurrency 1 and one embedding thread, each pinned to
+its own core, fed fresh images (no dedup across phases). Prints the end-to-end images/s of each
+phase and its ratio to one worker, beside the embedding backend alone on the same texts.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 
 from pipelines import labels  # noqa: E402
-from pipelines.embedding import get_embedder  # noqa: E402
+from pipelines.embedding import get_embedder, resolve_default_model  # noqa: E402
 from tests.stack import start_stack, wait_job  # noqa: E402
-from yana.datagen import images  # noqa: E402
+from tools.datagen import images  # noqa: E402
 
 FIELDS = ("category", "brand_name", "product_name", "brewery", "region")
 
@@ -40,9 +41,9 @@ def make_batch(metas, seed0):
     return files, items
 
 
-def time_embedding(texts: list[str], batch: int) -> float:
+def time_embedding(texts: list[str], batch: int, model: str) -> float:
     """The embedding backend alone (same model, same batches, one thread) on the same texts."""
-    emb = get_embedder()  # the backend the worker resolved (the recorded default)
+    emb = get_embedder(model)
     emb.embed_passages(texts[:4])
     t0 = time.perf_counter()
     for i in range(0, len(texts), batch):
@@ -56,63 +57,94 @@ def _ts(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
+def pin(svc, cpu: int) -> None:
+    """Pin a worker (the Celery parent and its pool children) to one core."""
+    import psutil
+
+    proc = psutil.Process(svc.proc.pid)
+    for p in [proc, *proc.children(recursive=True)]:
+        p.cpu_affinity([cpu])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=256)
+    ap.add_argument("--n", type=int, default=256, help="images per phase")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=2, help="jobs in flight per worker process")
+    ap.add_argument("--workers", default="1,2", help="worker process counts to run, one phase each")
     args = ap.parse_args()
+    counts = [int(x) for x in args.workers.split(",")]
+    cores = sorted(os.sched_getaffinity(0))
 
-    metas = images.label_set(args.n + args.batch, seed=9)
-    warm, metas = metas[: args.batch], metas[args.batch :]
+    metas = images.label_set(args.n * len(counts) + 4 * args.batch, seed=9)
+    warm, metas = metas[: 4 * args.batch], metas[4 * args.batch :]
     import json
 
-    batches = [make_batch(metas[i : i + args.batch], 900_000 + i) for i in range(0, len(metas), args.batch)]
-    texts = [labels.label_text({**m, "label_features": m["label_features"]}) for m in metas]
+    def post(client, batch):
+        files, items = batch
+        r = client.post(
+            "/v1/ingest", files=files, data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)}
+        )
+        assert r.status_code == 202, r.text
+        return wait_job(client, r.json()["job_id"], 900)
 
     root = Path(tempfile.mkdtemp(prefix="yana-bench-ingest-"))
-    stack = start_stack(root, INGEST_BATCH_SIZE=str(args.batch))
+    # One process per worker, one thread each (processes x threads = cores), pinned to its own core.
+    stack = start_stack(root, worker=False, INGEST_BATCH_SIZE=str(args.batch), EMBED_THREADS="1")
+    rows = []
     try:
         with httpx.Client(base_url=stack.api_url, timeout=300) as client:
-            files, items = make_batch(warm, 100)
-            r = client.post("/v1/ingest", files=files, data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)})
-            wait_job(client, r.json()["job_id"], 120)  # the worker has loaded the model
+            workers = []
+            for phase, count in enumerate(counts):
+                while len(workers) < count:
+                    svc = stack.start_worker(name=f"w{len(workers)}", concurrency=1)
+                    workers.append(svc)
+                    pin(svc, cores[(len(workers) - 1) % len(cores)])
+                    # warm-up jobs: every worker loads the model (the first one may build it)
+                    w = [make_batch(warm[k * 4 : k * 4 + 4], 100 + 10 * len(workers) + k) for k in range(4)]
+                    with ThreadPoolExecutor(4) as pool:
+                        list(pool.map(lambda b: post(client, b), w))
+                part = metas[phase * args.n : (phase + 1) * args.n]
+                batches = [
+                    make_batch(part[i : i + args.batch], 900_000 + 10_000 * phase + i)
+                    for i in range(0, len(part), args.batch)
+                ]
+                texts = [labels.label_text({**m, "label_features": m["label_features"]}) for m in part]
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(args.parallel * count) as pool:
+                    jobs = list(pool.map(lambda b: post(client, b), batches))
+                e2e_s = time.perf_counter() - t0
+                res = [j["result"] for j in jobs]
+                rows.append(
+                    (
+                        count,
+                        len(part) / e2e_s,
+                        e2e_s,
+                        sum(x["indexed"] for x in res),
+                        sum(x["failed"] for x in res),
+                        os.getloadavg()[0],
+                    )
+                )
+        import redis
 
-            def send(batch):
-                files, items = batch
-                r = client.post("/v1/ingest", files=files, data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)})
-                assert r.status_code == 202, r.text
-                return wait_job(client, r.json()["job_id"], 600)
-
-            embed_only_s = time_embedding(texts, args.batch)
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(args.parallel) as pool:
-                jobs = list(pool.map(send, batches))
-            e2e_s = time.perf_counter() - t0
-        busy_s = sum(_ts(j["finished_at"]) - _ts(j["started_at"]) for j in jobs)
-        indexed = sum(j["result"]["indexed"] for j in jobs)
-        dedup = sum(j["result"]["dedup"] for j in jobs)
-        failed = sum(j["result"]["failed"] for j in jobs)
-
-        embed_s = embed_only_s  # measured before the e2e run; measured again after, averaged
-        embed_s = (embed_s + time_embedding(texts, args.batch)) / 2
+        # the model the workers resolved, recorded in the stack's own Redis (never the default one)
+        model = resolve_default_model(redis.Redis.from_url(stack.redis_url, decode_responses=True))
+        embed_s = time_embedding(texts, args.batch, model)
     finally:
         stack.stop()
 
-    n = len(metas)
-    e2e_rate, embed_rate = n / e2e_s, n / embed_s
-    emb = get_embedder()
-    print(f"model {emb.model_name} (dim {emb.dim}), {n} images of 240x360, batches of {args.batch}, {args.parallel} in flight, "
-          f"1 worker process (concurrency 1), OMP_NUM_THREADS=1")
-    print(f"outcomes: indexed {indexed}, dedup {dedup}, failed {failed}")
-    print("| path | images/s | seconds |")
-    print("|---|---:|---:|")
-    print(f"| end to end (POST → indexed) | {e2e_rate:.1f} | {e2e_s:.2f} |")
-    print(f"| embedding backend alone, same texts | {embed_rate:.1f} | {embed_s:.2f} |")
-    print(f"| worker busy (sum of job run times) | {n / busy_s:.1f} | {busy_s:.2f} |")
-    print(f"ratio e2e / embedding alone: {e2e_rate / embed_rate:.2f} (aim >= 0.85); "
-          f"worker-side / embedding alone: {(n / busy_s) / embed_rate:.2f}")
-    print(f"load average during the run (2 cores shared with other processes): {os.getloadavg()}")
+    emb = get_embedder(model)
+    print(
+        f"model {emb.model_name} (dim {emb.dim}), {args.n} images of 240x360 per phase, batches of {args.batch}, "
+        f"{args.parallel} jobs in flight per worker; worker processes of concurrency 1, EMBED_THREADS=1, "
+        f"each pinned to its own core ({len(cores)} cores)"
+    )
+    print("| worker processes | images/s end to end | seconds | indexed | failed | load avg (1 min) | x one worker |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for count, rate, secs, indexed, failed, load in rows:
+        print(f"| {count} | {rate:.1f} | {secs:.2f} | {indexed} | {failed} | {load:.1f} | {rate / rows[0][1]:.2f} |")
+    print(f"embedding backend alone, one thread, same texts: {len(texts) / embed_s:.1f} texts/s")
+    print(f"load average after the run (cores shared with other processes): {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.stack import start_stack  # noqa: E402
+from tests.stack import start_stack, use_stack_stores  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:
@@ -42,12 +42,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # The per-client rate limit (5 rps by default) would measure itself, not the runtime.
         stack = start_stack(Path(tmp), chroma=False, RATE_LIMIT="1000000/second", RATE_BURST="1000000")
-        import os
 
-        os.environ["REDIS_URL"] = stack.redis_url
-        from yana.settings import get_settings
-
-        get_settings.cache_clear()
+        use_stack_stores(stack)
         from workers.celery_app import create_app
 
         celery = create_app()
@@ -96,10 +92,18 @@ def main() -> None:
             stack.stop()
 
     print(f"jobs: {args.jobs} burst, {args.paced} paced; 1 worker (prefork, concurrency 1), 1 API process")
-    print(f"API accepted jobs/s       {args.jobs / accept_s:8.1f}   (bare apply_async sends/s {args.jobs / send_s:8.1f}, ratio {(args.jobs / accept_s) / (args.jobs / send_s):.2f})")
-    print(f"API jobs completed/s      {args.jobs / drain_s:8.1f}   (bare tasks completed/s   {args.jobs / bare_drain_s:8.1f}, ratio {bare_drain_s / drain_s:.2f})")
-    print(f"submit->start p50 ms      {statistics.median(api_lat):8.1f}   (bare {statistics.median(bare_lat):6.1f}, ratio {statistics.median(api_lat) / statistics.median(bare_lat):.2f})")
-    print(f"submit->start p99 ms      {pct(api_lat, 99):8.1f}   (bare {pct(bare_lat, 99):6.1f}, ratio {pct(api_lat, 99) / pct(bare_lat, 99):.2f})")
+    print(
+        f"API accepted jobs/s       {args.jobs / accept_s:8.1f}   (bare apply_async sends/s {args.jobs / send_s:8.1f}, ratio {(args.jobs / accept_s) / (args.jobs / send_s):.2f})"
+    )
+    print(
+        f"API jobs completed/s      {args.jobs / drain_s:8.1f}   (bare tasks completed/s   {args.jobs / bare_drain_s:8.1f}, ratio {bare_drain_s / drain_s:.2f})"
+    )
+    print(
+        f"submit->start p50 ms      {statistics.median(api_lat):8.1f}   (bare {statistics.median(bare_lat):6.1f}, ratio {statistics.median(api_lat) / statistics.median(bare_lat):.2f})"
+    )
+    print(
+        f"submit->start p99 ms      {pct(api_lat, 99):8.1f}   (bare {pct(bare_lat, 99):6.1f}, ratio {pct(api_lat, 99) / pct(bare_lat, 99):.2f})"
+    )
 
 
 if __name__ == "__main__":

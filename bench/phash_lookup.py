@@ -1,6 +1,8 @@
 """Near-duplicate lookup: multi-index pHash search vs a brute-force numpy scan, and the atomic
-Redis check-and-insert, at 10k / 100k / 1M stored hashes; then precision/recall of the default
-threshold on generated label variants and on real photographs.
+Redis check-and-insert at 10k / 100k / 1M stored hashes, first by distance alone (the baseline),
+then two-stage (candidates within the radius, judged by the verifier of pipelines.neardup on real
+label images); then precision/recall of pHash alone on generated label variants and on real
+photographs (the two-stage quality is bench/neardup_eval.py).
 
     .venv/bin/python bench/phash_lookup.py [--sizes 10000,100000,1000000] [--queries 2000]
 
@@ -25,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import imaging  # noqa: E402
-from pipelines.phash_index import REC, MultiIndex, PHashIndex  # noqa: E402
-from yana.datagen import images  # noqa: E402
+from pipelines import imaging, neardup  # noqa: E402
+from pipelines.phash_index import REC, SIG_KEY, MultiIndex, PHashIndex  # noqa: E402
+from tools.datagen import images  # noqa: E402
 from yana.settings import get_settings  # noqa: E402
 
 
@@ -51,7 +53,9 @@ def queries(codes: np.ndarray, n: int, t: int, rng) -> list[int]:
 def bench_lookup(sizes: list[int], n_queries: int, t: int) -> None:
     rng = np.random.default_rng(0)
     print(f"\n## lookup, threshold {t} ({n_queries} queries each; times in ms)")
-    print("| stored | MIH p50 | MIH p99 | MIH p99 best-of-3 | brute p50 | brute p99 | brute p99 best-of-3 | speed-up p50 | recall vs brute | build s |")
+    print(
+        "| stored | MIH p50 | MIH p99 | MIH p99 best-of-3 | brute p50 | brute p99 | brute p99 best-of-3 | speed-up p50 | recall vs brute | build s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         codes = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
@@ -68,17 +72,22 @@ def bench_lookup(sizes: list[int], n_queries: int, t: int) -> None:
                 got = mi.search(q)
                 tm.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                d = np.bitwise_count(codes ^ np.uint64(q))
+                d = imaging.hamming_array(codes, q)
                 hits = np.nonzero(d <= t)[0]
                 tb.append(time.perf_counter() - t0)
-            mih.append(tm[0]); brute.append(tb[0]); mih3.append(min(tm)); brute3.append(min(tb))
+            mih.append(tm[0])
+            brute.append(tb[0])
+            mih3.append(min(tm))
+            brute3.append(min(tb))
             exp = {int(i) for i in hits}
             expected += len(exp)
             found += len(exp & {k for k, _ in got})
         recall = found / expected if expected else 1.0
-        print(f"| {n:,} | {pct(mih, 50):.3f} | {pct(mih, 99):.3f} | {pct(mih3, 99):.3f} | {pct(brute, 50):.3f} | "
-              f"{pct(brute, 99):.3f} | {pct(brute3, 99):.3f} | {pct(brute, 50) / pct(mih, 50):.1f}x | "
-              f"{recall:.4f} ({expected} pairs) | {build:.2f} |")
+        print(
+            f"| {n:,} | {pct(mih, 50):.3f} | {pct(mih, 99):.3f} | {pct(mih3, 99):.3f} | {pct(brute, 50):.3f} | "
+            f"{pct(brute, 99):.3f} | {pct(brute3, 99):.3f} | {pct(brute, 50) / pct(mih, 50):.1f}x | "
+            f"{recall:.4f} ({expected} pairs) | {build:.2f} |"
+        )
 
 
 def _redis():
@@ -86,53 +95,101 @@ def _redis():
 
     port = 20000 + os.getpid() % 20000
     d = tempfile.mkdtemp()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", d],
-                            stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", d], stdout=subprocess.DEVNULL
+    )
     r = redis.Redis(port=port, decode_responses=True)
     for _ in range(100):
         try:
             r.ping()
             break
-        except Exception:
+        except redis.ConnectionError:  # not listening yet
             time.sleep(0.05)
     return proc, r
 
 
-def bench_redis(sizes: list[int], n_ops: int, t: int) -> None:
-    """The whole atomic step a worker runs per image: sync the local copy, search it, and the Lua
-    check-and-insert that scans the log tail and appends."""
+def _label_pool(n: int) -> list[tuple]:
+    """(image, signature entry, near duplicate of the image) for n generated labels: the stored
+    entries reuse these signatures, so a planted neighbour is verified on real pictures."""
+    kinds = images.VARIANT_KINDS
+    out = []
+    for i, meta in enumerate(images.label_set(n, seed=11)):
+        img = images.render_label(meta, seed=90_000 + i)
+        v = images.variant(img, kinds[i % len(kinds)], random.Random(i)).image
+        out.append((img, neardup.make_entry(imaging.signature(img), {}), v))
+    return out
+
+
+def bench_redis(sizes: list[int], n_ops: int, t: int, radius: int, pool_n: int) -> None:
+    """The whole atomic step a worker runs per image: sync the local copy, search it, (two-stage:
+    fetch the candidates' signatures and verify them), and the Lua check-and-insert that scans
+    the log tail and appends."""
     proc, r = _redis()
+    pool = _label_pool(pool_n)
     try:
-        print(f"\n## atomic check-and-insert through Redis, threshold {t} ({n_ops} inserts; ms)")
-        print("| stored | p50 | p99 | first sync of the log s | Redis memory MB |")
-        print("|---:|---:|---:|---:|---:|")
+        print(f"\n## atomic check-and-insert through Redis ({n_ops} inserts per row; ms)")
+        print("Half the inserts are planted near duplicates (a real variant image of the stored label")
+        print("behind a code 0..t+2 bits away), half random codes (new labels).")
+        print(
+            f"| stored | distance alone (<= {t}) p50 | p99 | two-stage (radius {radius} + verifier) p50 | p99 | "
+            "signature p50 (outside) | verifier calls | first sync of the log s | Redis memory MB |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         rng = np.random.default_rng(1)
         for n in sizes:
             r.flushall()
             codes = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
             keys = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
-            # bulk load: the same records the script writes (log + sha1 map), in large appends
+            # bulk load: the same records the script writes (log, sha1 map, signature entries)
             step = 50_000
             for i in range(0, n, step):
-                recs = "".join(f"+{c:016x}{k:016x}" for c, k in zip(codes[i:i + step].tolist(), keys[i:i + step].tolist()))
+                cs, ks = codes[i : i + step].tolist(), keys[i : i + step].tolist()
+                recs = "".join(f"+{c:016x}{k:016x}" for c, k in zip(cs, ks, strict=True))
                 with r.pipeline(transaction=False) as p:
                     p.append("yana:phash:log", recs)
-                    p.hset("yana:phash:sha1", mapping={f"{k:016x}" + "0" * 24: f"label_{k:016x}|{c:016x}|bulk|"
-                                                       for c, k in zip(codes[i:i + step].tolist(), keys[i:i + step].tolist())})
+                    p.hset(
+                        "yana:phash:sha1",
+                        mapping={
+                            f"{k:016x}" + "0" * 24: f"label_{k:016x}|{c:016x}|bulk|"
+                            for c, k in zip(cs, ks, strict=True)
+                        },
+                    )
+                    p.hset(SIG_KEY, mapping={f"{k:016x}": pool[(i + j) % len(pool)][1] for j, k in enumerate(ks)})
                     p.execute()
             assert r.strlen("yana:phash:log") == n * REC
-            idx = PHashIndex(r, t)
+            idx = PHashIndex(r, t, radius=radius)
             t0 = time.perf_counter()
             idx.sync()
             first_sync = time.perf_counter() - t0
-            lat = []
-            for q in queries(codes, n_ops, t, rng):
-                sha = "%040x" % random.getrandbits(160)
-                t0 = time.perf_counter()
-                idx.check_and_insert(f"{q:016x}", sha, "bench:0")
-                lat.append(time.perf_counter() - t0)
+            plain, two, sig_s, calls = [], [], [], 0
+            for mode in ("plain", "two"):
+                for k in range(n_ops):
+                    sha = f"{random.getrandbits(160):040x}"
+                    if k % 2:
+                        q, img = int(rng.integers(0, 2**64 - 1, dtype=np.uint64, endpoint=True)), pool[k % len(pool)][2]
+                    else:
+                        row = int(rng.integers(n))
+                        q = int(codes[row])
+                        for b in rng.choice(64, int(rng.integers(0, t + 3)), replace=False):
+                            q ^= 1 << int(b)
+                        img = pool[row % len(pool)][2]  # a variant of the stored entry's picture
+                    if mode == "plain":
+                        t0 = time.perf_counter()
+                        idx.check_and_insert(f"{q:016x}", sha, "bench:0")
+                        plain.append(time.perf_counter() - t0)
+                    else:  # the signature is made with the pHash, before the atomic step
+                        t0 = time.perf_counter()
+                        entry, _digest, verify = neardup.verifier_for(img, {}, t)
+                        sig_s.append(time.perf_counter() - t0)
+                        t0 = time.perf_counter()
+                        idx.check_and_insert(f"{q:016x}", sha, "bench:0", entry=entry, verify=verify)
+                        two.append(time.perf_counter() - t0)
+                        calls += len(verify.judged)
             mem = int(r.info("memory")["used_memory"]) / 1e6
-            print(f"| {n:,} | {pct(lat, 50):.3f} | {pct(lat, 99):.3f} | {first_sync:.2f} | {mem:.0f} |")
+            print(
+                f"| {n:,} | {pct(plain, 50):.3f} | {pct(plain, 99):.3f} | {pct(two, 50):.3f} | {pct(two, 99):.3f} | "
+                f"{pct(sig_s, 50):.3f} | {calls} | {first_sync:.2f} | {mem:.0f} |"
+            )
     finally:
         proc.terminate()
 
@@ -154,28 +211,34 @@ def bench_quality(n_labels: int, threshold: int) -> None:
                 var_of.append(i)
                 kinds.append(v.kind)
         var_h = np.array(var_h, dtype=np.uint64)
-        d_pos = np.bitwise_count(var_h ^ base_h[np.array(var_of)])  # each variant vs its original
-        d_all = np.bitwise_count(var_h[:, None] ^ base_h[None, :])  # vs every original
+        d_pos = imaging.hamming_array(var_h, base_h[np.array(var_of)])  # each variant vs its original
+        d_all = imaging.hamming_array(var_h[:, None], base_h[None, :])  # vs every original
         neg_mask = np.ones_like(d_all, dtype=bool)
         neg_mask[np.arange(len(var_h)), np.array(var_of)] = False
-        d_orig = np.bitwise_count(base_h[:, None] ^ base_h[None, :])[np.triu_indices(len(bases), 1)]
+        d_orig = imaging.hamming_array(base_h[:, None], base_h[None, :])[np.triu_indices(len(bases), 1)]
         return d_pos, d_all[neg_mask], d_orig, np.array(kinds)
 
     for name, bases, seed in (("synthetic labels", originals, 40_000), ("real photos (skimage)", photos, 50_000)):
         d_pos, d_neg, d_orig, kinds = evaluate(bases, seed)
-        print(f"\n### {name}: {len(bases)} originals, {len(d_pos)} variants, {len(d_neg) + len(d_orig)} different-image pairs")
+        print(
+            f"\n### {name}: {len(bases)} originals, {len(d_pos)} variants, {len(d_neg) + len(d_orig)} different-image pairs"
+        )
         print("| threshold | recall | precision | false matches (pairs) | min distance between different images |")
         print("|---:|---:|---:|---:|---:|")
         for t in range(4, 17, 2):
             tp = int((d_pos <= t).sum())
             fp = int((d_neg <= t).sum() + (d_orig <= t).sum())
             mark = " (default)" if t == threshold else ""
-            print(f"| {t}{mark} | {tp / len(d_pos):.3f} | {tp / max(1, tp + fp):.4f} | {fp} | {int(min(d_neg.min(), d_orig.min()))} |")
+            print(
+                f"| {t}{mark} | {tp / len(d_pos):.3f} | {tp / max(1, tp + fp):.4f} | {fp} | {int(min(d_neg.min(), d_orig.min()))} |"
+            )
         print("| variant | median distance | p90 | max | recall at default |")
         print("|---|---:|---:|---:|---:|")
         for k in images.VARIANT_KINDS:
             dk = d_pos[kinds == k]
-            print(f"| {k} | {np.median(dk):.0f} | {np.percentile(dk, 90):.0f} | {dk.max()} | {(dk <= threshold).mean():.3f} |")
+            print(
+                f"| {k} | {np.median(dk):.0f} | {np.percentile(dk, 90):.0f} | {dk.max()} | {(dk <= threshold).mean():.3f} |"
+            )
 
 
 def main() -> None:
@@ -185,12 +248,16 @@ def main() -> None:
     ap.add_argument("--redis-ops", type=int, default=1000)
     ap.add_argument("--labels", type=int, default=400)
     ap.add_argument("--threshold", type=int, default=get_settings().phash_threshold)
+    ap.add_argument("--radius", type=int, default=get_settings().phash_candidate_radius)
+    ap.add_argument("--pool", type=int, default=200, help="label images behind the stored signatures")
     ap.add_argument("--skip-redis", action="store_true")
+    ap.add_argument("--skip-lookup", action="store_true")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
-    bench_lookup(sizes, args.queries, args.threshold)
+    if not args.skip_lookup:
+        bench_lookup(sizes, args.queries, args.threshold)
     if not args.skip_redis:
-        bench_redis(sizes, args.redis_ops, args.threshold)
+        bench_redis(sizes, args.redis_ops, args.threshold, args.radius, args.pool)
     bench_quality(args.labels, args.threshold)
 
 

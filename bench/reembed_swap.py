@@ -28,7 +28,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tests.stack import start_stack, wait_job  # noqa: E402
-from yana.datagen import images  # noqa: E402
+from tools.datagen import images  # noqa: E402
 
 FIELDS = ("category", "brand_name", "product_name", "brewery", "region")
 
@@ -49,10 +49,21 @@ def main() -> None:
         with httpx.Client(base_url=stack.api_url, timeout=300) as client:
             for i in range(0, len(metas), 32):
                 part = metas[i : i + 32]
-                files = [("files", (f"{i + k}.jpg", images.encode(images.render_label(m, size=(120, 180), seed=i + k)), "image/jpeg"))
-                         for k, m in enumerate(part)]
+                files = [
+                    (
+                        "files",
+                        (
+                            f"{i + k}.jpg",
+                            images.encode(images.render_label(m, size=(120, 180), seed=i + k)),
+                            "image/jpeg",
+                        ),
+                    )
+                    for k, m in enumerate(part)
+                ]
                 items = [{**{f: m[f] for f in FIELDS}, "label_features": m["label_features"]} for m in part]
-                r = client.post("/v1/ingest", files=files, data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)})
+                r = client.post(
+                    "/v1/ingest", files=files, data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)}
+                )
                 wait_job(client, r.json()["job_id"], 300)
             before = client.get("/v1/collections").json()
 

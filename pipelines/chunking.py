@@ -1,4 +1,4 @@
-"""Split text into chunks of at most MAX_CHUNK_CHARS characters (seed 001).
+"""Split text into chunks of at most MAX_CHUNK_CHARS characters.
 
 Greedy packing of sentence-like units (split after 。！？!?. and newlines) so chunks end at natural
 boundaries; a unit longer than the limit is cut hard. Deterministic: the same text and limit give

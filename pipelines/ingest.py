@@ -1,7 +1,10 @@
 """The ingest job body: label images and text documents into the active collection.
 
 Per image: bytes (uploaded / import folder / URL) → safe decode → sha1 → 64-bit pHash → stored under
-DATA_DIR/images → atomic near-duplicate check-and-insert (pipelines.phash_index) → label text from
+DATA_DIR/images → atomic near-duplicate check-and-insert (pipelines.phash_index: candidates within a
+loose pHash radius, each judged by the second stage of pipelines.neardup: the uploader's fields and
+an aligned thumbnail comparison; the outcome names `dedup_of`, `distance` and `verifier_score`)
+→ label text from
 the uploader's fields → chunks ≤ MAX_CHUNK_CHARS → embeddings, batched across the items of a batch →
 upsert with content-derived ids into the active collection (and into a collection a re-embed is
 building, so the swap loses nothing).
@@ -23,10 +26,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipelines import chunking, imaging, labels, sources, vector_index
-from pipelines.embedding import get_embedder
+from pipelines import chunking, imaging, labels, neardup, sources, vector_index
+from pipelines.embed_cache import embed_cached
 from pipelines.phash_index import shared_index
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
 
 log = logging.getLogger("yana.ingest")
@@ -63,8 +66,19 @@ class _NoJob:
 
 
 def empty_outcome(index: int, name: str | None = None) -> dict:
-    return {"index": index, "name": name, "id": None, "dedup": False, "dedup_of": None, "distance": None,
-            "hash_sha1": None, "phash": None, "file_path": None, "error": None}
+    return {
+        "index": index,
+        "name": name,
+        "id": None,
+        "dedup": False,
+        "dedup_of": None,
+        "distance": None,
+        "verifier_score": None,
+        "hash_sha1": None,
+        "phash": None,
+        "file_path": None,
+        "error": None,
+    }
 
 
 # --- writing chunks ------------------------------------------------------------------------
@@ -99,8 +113,10 @@ def write_chunks(r, chroma, chunks: list[dict]) -> None:
                     continue
                 raise
             model, _dim = vector_index.collection_model(col)
-            emb = get_embedder(model).embed_passages([c["text"] for c in chunks])
-            vector_index.upsert_chunks(col, [{**c, "embedding": e} for c, e in zip(chunks, emb)], r=r, model=model)
+            emb = embed_cached([c["text"] for c in chunks], "passage", model=model, r=r)
+            vector_index.upsert_chunks(
+                col, [{**c, "embedding": e} for c, e in zip(chunks, emb, strict=True)], r=r, model=model
+            )
             done.add(name)
 
 
@@ -123,11 +139,16 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict,
     fields = {k: item.get("fields", {}).get(k) for k in LABEL_FIELDS}
     try:
         if fields.get("category") not in labels.CATEGORIES:
-            raise YanaError("BAD_CATEGORY", f"category must be one of {labels.CATEGORIES}", 400)
+            raise YanaError.of(ErrorCode.BAD_CATEGORY, f"category must be one of {labels.CATEGORIES}")
         data = sources.read_source(
-            item["source"], data_dir=s.data_dir, import_dir=s.import_dir, allow=s.fetch_allow,
-            timeout_s=s.fetch_timeout_s, max_bytes=min(s.max_image_bytes, s.fetch_max_bytes)
-            if item["source"].get("kind") == "url" else s.max_image_bytes,
+            item["source"],
+            data_dir=s.data_dir,
+            import_dir=s.import_dir,
+            allow=s.fetch_allow,
+            timeout_s=s.fetch_timeout_s,
+            max_bytes=min(s.max_image_bytes, s.fetch_max_bytes)
+            if item["source"].get("kind") == "url"
+            else s.max_image_bytes,
         )
         dec = imaging.decode_image(data, max_bytes=s.max_image_bytes, max_pixels=s.max_image_pixels)
         sha1 = imaging.sha1_hex(data)
@@ -135,26 +156,47 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict,
         out.update(hash_sha1=sha1, phash=ph)
         file_path = imaging.store_image(s.data_dir, sha1, dec.format, data)
         out["file_path"] = file_path
-        res = index.check_and_insert(ph, sha1, owner=f"{job_id}:{i}", file_path=file_path)
+        entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold)
+        res = index.check_and_insert(
+            ph, sha1, owner=f"{job_id}:{i}", file_path=file_path, entry=entry, verify=verify, fields_digest=digest
+        )
     except YanaError as exc:
         out["error"] = exc.body()
         return out, None
     out["id"] = res.label_id
     if res.status == "dedup":
-        out.update(dedup=True, dedup_of=res.label_id, distance=res.distance)
+        out.update(dedup=True, dedup_of=res.label_id, distance=res.distance, verifier_score=res.score)
         return out, None
     iso, ts = labels.now_stamp()
     record = {
-        "id": res.label_id, "doc_id": res.label_id, "source": "label", **{k: fields.get(k) for k in LABEL_FIELDS if k != "text"},
-        "file_path": file_path, "hash_sha1": sha1, "phash": ph, "ingested_at": iso, "ingested_at_ts": ts,
+        "id": res.label_id,
+        "doc_id": res.label_id,
+        "source": "label",
+        **{k: fields.get(k) for k in LABEL_FIELDS if k != "text"},
+        "file_path": file_path,
+        "hash_sha1": sha1,
+        "phash": ph,
+        "ingested_at": iso,
+        "ingested_at_ts": ts,
     }
     return out, {"record": record, "fields": fields}
 
 
 def _record_dups(r, outcomes: list[dict]) -> None:
-    dups = {o["hash_sha1"]: orjson.dumps({"dedup_of": o["dedup_of"], "distance": o["distance"], "phash": o["phash"],
-                                           "file_path": o["file_path"], "at": time.time()}).decode()
-            for o in outcomes if o["dedup"] and o["hash_sha1"]}
+    dups = {
+        o["hash_sha1"]: orjson.dumps(
+            {
+                "dedup_of": o["dedup_of"],
+                "distance": o["distance"],
+                "verifier_score": o["verifier_score"],
+                "phash": o["phash"],
+                "file_path": o["file_path"],
+                "at": time.time(),
+            }
+        ).decode()
+        for o in outcomes
+        if o["dedup"] and o["hash_sha1"]
+    }
     if dups:
         r.hset(DUPS_KEY, mapping=dups)
 
@@ -169,15 +211,23 @@ def _prepare_batch(batch: list[dict], *, job_id: str, s: Settings, index) -> tup
     return outcomes, labels_to_write
 
 
-def ingest_images(ctx: JobHandle, items: list[dict], *, r, chroma, s: Settings | None = None,
-                  done_before: int = 0, total: int | None = None) -> None:
+def ingest_images(
+    ctx: JobHandle,
+    items: list[dict],
+    *,
+    r,
+    chroma,
+    s: Settings | None = None,
+    done_before: int = 0,
+    total: int | None = None,
+) -> None:
     """Process items from the cursor in ctx.meta on; outcomes go to OUTCOMES_KEY.
 
     Two stages overlap: while batch k is embedded and written (the model runs in C without the
     GIL), a helper thread decodes, hashes and checks batch k+1. Batch k+1's pHash inserts happen
     before batch k's cursor is saved; a crash then finds them as "self" on the retry."""
     s = s or get_settings()
-    index = shared_index(r, s.phash_threshold)
+    index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     key = OUTCOMES_KEY.format(job_id=ctx.job_id)
     total = total if total is not None else len(items)
     cursor = int(ctx.meta.get("cursor") or 0)
@@ -186,13 +236,15 @@ def ingest_images(ctx: JobHandle, items: list[dict], *, r, chroma, s: Settings |
     if not starts:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prep") as prep:
-        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index)
-        pending = submit(items[starts[0] : starts[0] + batch_size])
+        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index)  # type: ignore[call-arg]
+        pending = submit(items[starts[0] : starts[0] + batch_size])  # type: ignore[call-arg]
         for n, start in enumerate(starts):
             batch = items[start : start + batch_size]
             outcomes, labels_to_write = pending.result()
-            pending = submit(items[starts[n + 1] : starts[n + 1] + batch_size]) if n + 1 < len(starts) else None
-            chunks = [c for _o, lab in labels_to_write for c in label_chunks(lab["record"], lab["fields"], s.max_chunk_chars)]
+            pending = submit(items[starts[n + 1] : starts[n + 1] + batch_size]) if n + 1 < len(starts) else None  # type: ignore[call-arg,assignment]
+            chunks = [
+                c for _o, lab in labels_to_write for c in label_chunks(lab["record"], lab["fields"], s.max_chunk_chars)
+            ]
             try:
                 write_chunks(r, chroma, chunks)
             except Exception:
@@ -221,8 +273,16 @@ def ingest_images(ctx: JobHandle, items: list[dict], *, r, chroma, s: Settings |
 # --- text documents ------------------------------------------------------------------------
 
 
-def ingest_documents(ctx: JobHandle, documents: list[dict], *, r, chroma, s: Settings | None = None,
-                     done_before: int = 0, total: int | None = None) -> None:
+def ingest_documents(
+    ctx: JobHandle,
+    documents: list[dict],
+    *,
+    r,
+    chroma,
+    s: Settings | None = None,
+    done_before: int = 0,
+    total: int | None = None,
+) -> None:
     s = s or get_settings()
     key = OUTCOMES_KEY.format(job_id=ctx.job_id)
     total = total if total is not None else len(documents)
@@ -245,13 +305,20 @@ def write_document(r, chroma, doc: dict, s: Settings) -> int:
     doc_id = str(doc.get("id") or "").strip()
     text = str(doc.get("text") or "")
     if not doc_id or not text.strip():
-        raise YanaError("BAD_DOCUMENT", "a text document needs an id and non-empty text", 400)
+        raise YanaError.of(ErrorCode.BAD_DOCUMENT, "a text document needs an id and non-empty text")
     iso, ts = labels.now_stamp()
-    meta = {k: v for k, v in (doc.get("metadata") or {}).items() if k not in labels.SCHEMA_KEYS or k in labels.STRING_FIELDS or k == "label_features"}
+    meta = {
+        k: v
+        for k, v in (doc.get("metadata") or {}).items()
+        if k not in labels.SCHEMA_KEYS or k in labels.STRING_FIELDS or k == "label_features"
+    }
     record = {**meta, "id": doc_id, "doc_id": doc_id, "source": "text", "ingested_at": iso, "ingested_at_ts": ts}
     key = labels.text_doc_key(doc_id)
     parts = chunking.chunk_text(text, s.max_chunk_chars)
-    chunks = [{"id": labels.chunk_id(key, k), "text": p, "metadata": {**record, "chunk_index": k}} for k, p in enumerate(parts)]
+    chunks = [
+        {"id": labels.chunk_id(key, k), "text": p, "metadata": {**record, "chunk_index": k}}
+        for k, p in enumerate(parts)
+    ]
     write_chunks(r, chroma, chunks)
     # A shorter new version leaves old chunk ids behind: remove them in every target.
     keep = {c["id"] for c in chunks}
@@ -265,9 +332,19 @@ def write_document(r, chroma, doc: dict, s: Settings) -> int:
 # --- the job -------------------------------------------------------------------------------
 
 
-def summarise(r, job_id: str, n_items: int, n_docs: int) -> dict:
+def refuse_exact_duplicate(outcome: dict) -> dict:
+    """`strict`: an image whose exact bytes are already indexed fails with CONFLICT (409)."""
+    if outcome["dedup"] and outcome["hash_sha1"] and outcome["dedup_of"] == labels.label_id(outcome["hash_sha1"]):
+        err = YanaError.of(ErrorCode.CONFLICT, f"this image is already indexed as {outcome['dedup_of']}")
+        return {**outcome, "dedup": False, "error": err.body()}
+    return outcome
+
+
+def summarise(r, job_id: str, n_items: int, n_docs: int, strict: bool = False) -> dict:
     raw = r.hgetall(OUTCOMES_KEY.format(job_id=job_id))
     items = [orjson.loads(raw[str(i)]) for i in range(n_items) if str(i) in raw]
+    if strict:
+        items = [refuse_exact_duplicate(o) for o in items]
     docs = [orjson.loads(raw[f"doc:{i}"]) for i in range(n_docs) if f"doc:{i}" in raw]
     result: dict[str, Any] = {
         "indexed": sum(1 for o in items if not o["error"] and not o["dedup"]),
@@ -281,13 +358,24 @@ def summarise(r, job_id: str, n_items: int, n_docs: int) -> dict:
         result["document_items"] = docs
     if n_items == 1 and not n_docs and items:  # one image: the seed's flat fields too (dedup is 0/1)
         one = items[0]
-        result.update({k: one[k] for k in ("id", "hash_sha1", "phash", "file_path", "dedup_of", "distance")})
+        result.update(
+            {k: one[k] for k in ("id", "hash_sha1", "phash", "file_path", "dedup_of", "distance", "verifier_score")}
+        )
     return result
 
 
-def run_ingest(ctx: JobHandle | None, *, items: list[dict] | None = None, documents: list[dict] | None = None,
-               r=None, chroma=None, s: Settings | None = None, **_ignored) -> dict:
-    """The whole job: images first, then documents; returns the aggregate result."""
+def run_ingest(
+    ctx: JobHandle | None,
+    *,
+    items: list[dict] | None = None,
+    documents: list[dict] | None = None,
+    r=None,
+    chroma=None,
+    s: Settings | None = None,
+    strict: bool = False,
+) -> dict:
+    """The whole job: images first, then documents; returns the aggregate result. With `strict`
+    an exact duplicate is a failed item (CONFLICT) instead of a dedup."""
     from yana.clients import get_chroma, get_redis
 
     ctx = ctx or _NoJob()
@@ -299,10 +387,10 @@ def run_ingest(ctx: JobHandle | None, *, items: list[dict] | None = None, docume
     ctx.progress("ingest", int(ctx.meta.get("cursor") or 0) + int(ctx.meta.get("doc_cursor") or 0), total)
     ingest_images(ctx, items, r=r, chroma=chroma, s=s, total=total)
     ingest_documents(ctx, documents, r=r, chroma=chroma, s=s, done_before=len(items), total=total)
-    result = summarise(r, ctx.job_id, len(items), len(documents))
+    result = summarise(r, ctx.job_id, len(items), len(documents), strict=strict)
     _cleanup_incoming(s.data_dir, ctx.job_id)
     if total == 1 and result["failed"]:  # one item: its failure is the job's (code and message)
-        err = (result["items"] or result.get("document_items"))[0]["error"]
+        err = (result["items"] or result["document_items"])[0]["error"]
         raise YanaError(err["code"], err["message"], 422, bool(err.get("retryable")))
     return result
 

@@ -13,15 +13,19 @@ Keys (prefix `yana:`):
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 import redis
+
+from yana.errors import internal
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
@@ -31,6 +35,7 @@ PREFIX = "yana:"
 RECENT = PREFIX + "jobs:recent"
 ACTIVE = PREFIX + "jobs:active"
 WEBHOOKS_DUE = PREFIX + "webhooks:due"  # zset job id -> when its next delivery attempt is due (ms)
+CURSOR_TIES = 1000  # list cursor = created-at ms * CURSOR_TIES + jobs of that ms already passed
 _JSON_FIELDS = ("progress", "result", "error", "params", "webhook", "meta")
 
 
@@ -43,7 +48,7 @@ def hb_key(job_id: str) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def now_ms() -> int:
@@ -178,7 +183,10 @@ class JobStore:
             p.zadd(RECENT, {job_id: created_ms})
             p.sadd(ACTIVE, job_id)
             p.execute()
-        return self.get(job_id)
+        job = self.get(job_id)
+        if job is None:  # expired between the write and the read: retention shorter than a round trip
+            raise internal(f"job {job_id} vanished right after it was created")
+        return job
 
     def get(self, job_id: str) -> dict | None:
         raw = self.r.hgetall(job_key(job_id))
@@ -204,32 +212,45 @@ class JobStore:
     def list(
         self, *, kind: str | None = None, status: str | None = None, limit: int = 50, cursor: int = 0
     ) -> tuple[list[dict], int | None]:
-        """Newest first. `cursor` is an offset into the recent index; returns (jobs, next_cursor)."""
+        """Newest first; returns (jobs, next_cursor). Keyset paging: a cursor is a position in the
+        recent index, created-at ms * CURSOR_TIES + how many jobs of that millisecond were already
+        passed (0: start at the newest), so index entries removed meanwhile shift no page."""
+        bound: float | int = "+inf"  # type: ignore[assignment]
+        passed = 0
+        if cursor:
+            bound, passed = divmod(cursor, CURSOR_TIES)
         out: list[dict] = []
-        pos = cursor
+        expired: list[tuple[str, int]] = []
         batch = max(limit * 2, 100)
+        more = True
         while len(out) < limit:
-            ids = self.r.zrevrange(RECENT, pos, pos + batch - 1)
-            if not ids:
-                return out, None
+            rows = self.r.zrevrangebyscore(RECENT, bound, "-inf", start=passed, num=batch, withscores=True)
+            if not rows:
+                more = False
+                break
             with self.r.pipeline(transaction=False) as p:
-                for jid in ids:
+                for jid, _score in rows:
                     p.hgetall(job_key(jid))
-                rows = p.execute()
-            for i, (jid, raw) in enumerate(zip(ids, rows)):
+                records = p.execute()
+            for (jid, score), raw in zip(rows, records, strict=True):
+                score = int(score)
+                bound, passed = (bound, passed + 1) if score == bound else (score, 1)
                 if not raw:
-                    self.r.zrem(RECENT, jid)  # expired record: drop it from the index lazily
-                    continue
-                if (kind and raw.get("kind") != kind) or (status and raw.get("status") != status):
-                    continue
-                out.append(self._decode(raw))
-                if len(out) == limit:
-                    nxt = pos + i + 1
-                    return out, (nxt if self.r.zcard(RECENT) > nxt else None)
-            pos += len(ids)
-        return out, None
+                    expired.append((jid, score))
+                elif (not kind or raw.get("kind") == kind) and (not status or raw.get("status") == status):
+                    out.append(self._decode(raw))
+                    if len(out) == limit:
+                        break
+        if more:
+            more = int(self.r.zcount(RECENT, "-inf", bound)) > passed  # type: ignore[arg-type]
+        # Expired records leave the index lazily; never at the cursor's own millisecond, where
+        # removing one would shift the count the next page skips.
+        gone = [jid for jid, score in expired if not more or score != bound]
+        if gone:
+            self.r.zrem(RECENT, *gone)
+        return out, (int(bound) * CURSOR_TIES + passed if more else None)
 
-    def active_ids(self) -> list[str]:
+    def active_ids(self) -> builtins.list[str]:  # `list` in this class body is the method above
         return list(self.r.smembers(ACTIVE))
 
     # --- worker side ----------------------------------------------------------------------
@@ -237,8 +258,7 @@ class JobStore:
         err = _dump(
             {
                 "code": "ATTEMPTS_EXHAUSTED",
-                "message": f"job was started {max_attempts} times and never finished "
-                "(worker lost or killed each time)",
+                "message": f"job was started {max_attempts} times and never finished (worker lost or killed each time)",
                 "retryable": False,
             }
         )
@@ -261,11 +281,10 @@ class JobStore:
         self.r.set(hb_key(job_id), token, px=int(ttl_s * 1000))
         return True
 
-    def progress(self, job_id: str, stage: str, done: int, total: int) -> None:
-        self.r.hset(
-            job_key(job_id),
-            mapping={"progress": _dump({"stage": stage, "done": done, "total": total}), "updated_at": now_iso()},
-        )
+    def progress(self, job_id: str, stage: str, done: int, total: int, **detail: Any) -> None:
+        """Record progress; `detail` (e.g. a round's queries) is shown beside stage/done/total."""
+        record = {"stage": stage, "done": done, "total": total, **detail}
+        self.r.hset(job_key(job_id), mapping={"progress": _dump(record), "updated_at": now_iso()})
 
     def update_meta(self, job_id: str, **values: Any) -> dict:
         """Merge values into the record's `meta` (task-private state such as a resume cursor)."""
@@ -285,14 +304,15 @@ class JobStore:
 
     def succeed(self, job_id: str, token: str, result: Any) -> bool:
         ts = now_iso()
-        return (
-            self._set_status(job_id, SUCCEEDED, [RUNNING], token, result=_dump(result), finished_at=ts)
-            is not None
-        )
+        return self._set_status(job_id, SUCCEEDED, [RUNNING], token, result=_dump(result), finished_at=ts) is not None
 
     def fail(self, job_id: str, error: dict, token: str = "") -> bool:
         allowed = [RUNNING] if token else [QUEUED, RUNNING]
         return self._set_status(job_id, FAILED, allowed, token, error=_dump(error), finished_at=now_iso()) is not None
+
+    def requeue(self, job_id: str, token: str, error: dict) -> bool:
+        """Running (ours) → queued, keeping the last error, for a retry the caller schedules."""
+        return self._set_status(job_id, QUEUED, [RUNNING], token, last_error=_dump(error)) is not None
 
     def cancel(self, job_id: str) -> str | None:
         """Cancel a queued or running job. Returns the status it had, or None if already terminal."""
@@ -306,7 +326,7 @@ class JobStore:
 
     def append_webhook_attempt(self, job_id: str, attempt: dict, delivered: bool | None = None) -> None:
         cur = self.get_raw_field(job_id, "webhook")
-        hook = orjson.loads(cur) if cur else {"attempts": [], "delivered": False}
+        hook: dict[str, Any] = orjson.loads(cur) if cur else {"attempts": [], "delivered": False}
         hook["attempts"].append(attempt)
         if delivered is not None:
             hook["delivered"] = delivered

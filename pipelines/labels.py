@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 CATEGORIES = ("sake", "juice")
@@ -30,8 +30,17 @@ CATEGORY_JA = {"sake": "日本酒", "juice": "ジュース"}
 FEATURE_SEP = "、"
 STRING_FIELDS = ("category", "brand_name", "product_name", "brewery", "region")
 SCHEMA_KEYS = (
-    "id", "doc_id", "chunk_index", "source", *STRING_FIELDS, "label_features", "file_path",
-    "hash_sha1", "phash", "ingested_at", "ingested_at_ts",
+    "id",
+    "doc_id",
+    "chunk_index",
+    "source",
+    *STRING_FIELDS,
+    "label_features",
+    "file_path",
+    "hash_sha1",
+    "phash",
+    "ingested_at",
+    "ingested_at_ts",
 )
 
 
@@ -42,7 +51,7 @@ def label_id(sha1_hex: str) -> str:
 
 def text_doc_key(doc_id: str) -> str:
     """Chroma-safe, stable prefix for a text document's chunk ids."""
-    return "doc_" + hashlib.sha1(doc_id.encode("utf-8")).hexdigest()[:16]
+    return "doc_" + hashlib.sha1(doc_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:16]
 
 
 def chunk_id(doc_key: str, index: int) -> str:
@@ -67,7 +76,7 @@ def normalise_features(value: Any) -> list[str]:
 
 def now_stamp() -> tuple[str, float]:
     ts = time.time()
-    iso = datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    iso = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return iso, ts
 
 

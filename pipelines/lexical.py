@@ -183,7 +183,9 @@ def backfill_from_chroma(r: redis.Redis, col, batch: int = 1000) -> int:
         embs = got.get("embeddings")
         chunks = [
             {"id": i, "text": d or "", "metadata": m or {}, "embedding": (embs[n] if embs is not None else None)}
-            for n, (i, d, m) in enumerate(zip(ids, got.get("documents") or [""] * len(ids), got.get("metadatas") or [{}] * len(ids)))
+            for n, (i, d, m) in enumerate(
+                zip(ids, got.get("documents") or [""] * len(ids), got.get("metadatas") or [{}] * len(ids), strict=True)
+            )
         ]
         index_chunks(r, col.name, chunks)
         done += len(ids)

@@ -14,21 +14,36 @@ distance t of the query has one of the first a+1 blocks within q of the query's 
 others within q-1 (pigeonhole), so probing those block neighbourhoods in sorted block tables finds
 every match: recall is exactly that of a brute-force scan. Candidates are verified with popcount.
 
-Check-and-insert is one Lua script: the process first searches its copy up to log offset N, then the
-script (atomically) scans only the records appended after N, takes the nearest match within t, and
-appends the new record only when there is none. Two workers racing with near-duplicates therefore
-serialise in Redis: exactly one is indexed, the other learns it is a duplicate of it and how far.
+  yana:phash:sig    key -> signature entry of the second stage (pipelines.neardup), written and
+                    removed together with the log record
+  yana:phash:fields:{digest}  set of keys indexed with the same (category, brand, product): they
+                    are candidates at any pHash distance (a crop too far for the hash)
+
+Check-and-insert is two-stage and stays atomic: the process searches its copy (up to log offset N)
+for candidates within the loose `radius`, a verifier (Python, pipelines.neardup) judges them, and
+only when none is the same label the Lua script runs: it scans the records appended after N and,
+when one of them is a candidate not judged yet, returns it instead of inserting; the worker judges
+it and calls again. So a record is appended only when every candidate up to that moment was judged
+different, and two workers racing with near-duplicates serialise in Redis: exactly one is indexed,
+the other learns it is a duplicate of it and how far. Without a verifier, distance <= threshold
+alone decides (the first stage used alone).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
+from pipelines.imaging import hamming, hamming_array
+
 LOG_KEY = "yana:phash:log"
 SHA1_KEY = "yana:phash:sha1"
+SIG_KEY = "yana:phash:sig"  # key (16 hex) -> the verifier's signature entry (pipelines.neardup)
+# set of keys whose uploader sent the same category/brand/product (candidates at any distance)
+FIELDS_KEY = "yana:phash:fields:{digest}"
 REC = 33
 BLOCKS = 4
 BLOCK_BITS = 16
@@ -40,19 +55,22 @@ for _i, _c in enumerate(b"0123456789abcdef"):
 for _i, _c in enumerate(b"ABCDEF"):
     _HEX[_c] = 10 + _i
 
-# KEYS: log, sha1 map. ARGV: phash(16 hex), sha1, key(16 hex), owner, offset, best_key, best_d, t, cap,
-# file_path
+# KEYS: log, sha1 map, signature map, the set of labels with the same fields (or '').
+# ARGV: phash(16 hex), sha1, key(16 hex), owner, offset, radius, cap, file_path, signature entry,
+# then the keys already judged (not candidates again).
 _CHECK_AND_INSERT = """
-local log, map = KEYS[1], KEYS[2]
+local log, map, sigs, same = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ph, sha1, key, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local offset, best_key, best_d = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
-local t, cap = tonumber(ARGV[8]), tonumber(ARGV[9])
+local offset, radius, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local ex = redis.call('HGET', map, sha1)
 if ex then return {'exists', ex} end
 local len = redis.call('STRLEN', log)
 local n = len / 33
 if n - offset > cap then return {'stale', tostring(n)} end
+local out = {'candidates', tostring(n)}
 if n > offset then
+  local judged = {}
+  for i = 10, #ARGV do judged[ARGV[i]] = true end
   local pc = {}
   for i = 0, 255 do
     local c, v = 0, i
@@ -70,19 +88,22 @@ if n > offset then
     local h = tonumber(string.sub(tail, pos + 1, pos + 8), 16)
     local l = tonumber(string.sub(tail, pos + 9, pos + 16), 16)
     local d = popcount32(bit.bxor(qh, h)) + popcount32(bit.bxor(ql, l))
-    if d <= t and (best_d < 0 or d < best_d) then
-      best_d = d
-      best_key = string.sub(tail, pos + 17, pos + 32)
+    local k = string.sub(tail, pos + 17, pos + 32)
+    if not judged[k] and (d <= radius or (same ~= '' and redis.call('SISMEMBER', same, k) == 1)) then
+      out[#out + 1] = k
+      out[#out + 1] = tostring(d)
     end
   end
 end
-if best_d >= 0 and best_d <= t then return {'dedup', best_key, tostring(best_d)} end
+if #out > 2 then return out end
 redis.call('APPEND', log, '+' .. ph .. key)
-redis.call('HSET', map, sha1, 'label_' .. key .. '|' .. ph .. '|' .. owner .. '|' .. ARGV[10])
+redis.call('HSET', map, sha1, 'label_' .. key .. '|' .. ph .. '|' .. owner .. '|' .. ARGV[8])
+if ARGV[9] ~= '' then redis.call('HSET', sigs, key, ARGV[9]) end
+if same ~= '' then redis.call('SADD', same, key) end
 return {'indexed', tostring(n + 1)}
 """
 
-# KEYS: log, sha1 map. ARGV: sha1. Appends a tombstone for the image's record.
+# KEYS: log, sha1 map, signature map. ARGV: sha1. Appends a tombstone for the image's record.
 _REMOVE = """
 local ex = redis.call('HGET', KEYS[2], ARGV[1])
 if not ex then return 0 end
@@ -90,6 +111,7 @@ local sep = string.find(ex, '|', 1, true)
 local ph = string.sub(ex, sep + 1, sep + 16)
 redis.call('APPEND', KEYS[1], '-' .. ph .. string.sub(ARGV[1], 1, 16))
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], string.sub(ARGV[1], 1, 16))
 return 1
 """
 
@@ -100,6 +122,15 @@ class Outcome:
     label_id: str  # ours when indexed/self, the existing label's when dedup
     distance: int = 0
     phash: str = ""
+    score: float | None = None  # the verifier's score of the match (None: exact bytes or no verifier)
+    candidates: int = 0  # candidates within the radius that were judged
+
+
+class Verify(Protocol):
+    """Second stage: given candidates (label_id, distance, signature entry or None), the best one
+    that is the same label (an object with label_id, distance, score), or None."""
+
+    def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Any: ...
 
 
 def label_of_key(key: str) -> str:
@@ -185,6 +216,10 @@ class MultiIndex:
         if tail > max(2048, self._n_sorted // 16):
             self._rebuild()
 
+    def code_of(self, key: int) -> int | None:
+        row = self._pos.get(int(key))
+        return None if row is None else int(self._codes[row])
+
     def remove_key(self, key: int) -> None:
         row = self._pos.pop(int(key), None)
         if row is not None:
@@ -207,7 +242,6 @@ class MultiIndex:
     def search(self, code: int, radius: int | None = None) -> list[tuple[int, int]]:
         """All (key, distance) within `radius` (<= threshold), nearest first."""
         radius = self.threshold if radius is None else min(radius, self.threshold)
-        q = np.uint64(code)
         hit_rows, hit_d = [], []
         for j, (offsets, block_codes, rows) in enumerate(self._sorted):
             masks = self._mask_cache[self.radii[j]]
@@ -222,16 +256,16 @@ class MultiIndex:
                 continue
             # Concatenate the buckets [lo, hi) without a Python loop.
             idx = np.repeat(lo - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(total)
-            d = np.bitwise_count(block_codes[idx] ^ q)
+            d = hamming_array(block_codes[idx], code)
             ok = d <= radius
             if ok.any():
                 hit_rows.append(rows[idx[ok]])
                 hit_d.append(d[ok])
         if self._n_sorted < self.n:  # recent additions not in the tables yet: scanned directly
-            d = np.bitwise_count(self._codes[self._n_sorted : self.n] ^ q)
-            ok = np.nonzero(d <= radius)[0]
-            hit_rows.append(ok + self._n_sorted)
-            hit_d.append(d[ok])
+            d = hamming_array(self._codes[self._n_sorted : self.n], code)
+            near = np.nonzero(d <= radius)[0]
+            hit_rows.append(near + self._n_sorted)
+            hit_d.append(d[near])
         if not hit_rows:
             return []
         rows_all = np.concatenate(hit_rows)
@@ -251,11 +285,21 @@ class MultiIndex:
 class PHashIndex:
     """The Redis-backed index; one instance per process (see `shared_index`)."""
 
-    def __init__(self, r, threshold: int, *, log_key: str = LOG_KEY, sha1_key: str = SHA1_KEY):
+    def __init__(
+        self,
+        r,
+        threshold: int,
+        *,
+        radius: int | None = None,
+        log_key: str = LOG_KEY,
+        sha1_key: str = SHA1_KEY,
+        sig_key: str = SIG_KEY,
+    ):
         self.r = r
-        self.threshold = threshold
-        self.log_key, self.sha1_key = log_key, sha1_key
-        self.local = MultiIndex(threshold)
+        self.threshold = threshold  # distance alone decides at or under this (no verifier)
+        self.radius = max(threshold, radius if radius is not None else threshold)  # candidates
+        self.log_key, self.sha1_key, self.sig_key = log_key, sha1_key, sig_key
+        self.local = MultiIndex(self.radius)
         self.offset = 0  # records of the log applied to `local`
         self._lock = threading.Lock()
         self._check = r.register_script(_CHECK_AND_INSERT)
@@ -266,7 +310,7 @@ class PHashIndex:
         with self._lock:
             length = int(self.r.strlen(self.log_key))
             if length < self.offset * REC:  # the log was reset under us (a wiped Redis): start over
-                self.local = MultiIndex(self.threshold)
+                self.local = MultiIndex(self.radius)
                 self.offset = 0
             start = self.offset * REC
             raw = self.r.getrange(self.log_key, start, -1) if length > start else ""
@@ -279,7 +323,7 @@ class PHashIndex:
             if adds.all():
                 self.local.add_many(codes, keys)
             else:  # apply in order so a remove after an add of the same key wins
-                for op, c, k in zip(ops.tolist(), codes, keys):
+                for op, c, k in zip(ops.tolist(), codes, keys, strict=True):
                     if op == ord("+"):
                         self.local.add_many(np.array([c]), np.array([k]))
                     else:
@@ -292,42 +336,97 @@ class PHashIndex:
         self.sync()
         return [(label_of_key(f"{k:016x}"), d) for k, d in self.local.search(int(phash_hex, 16), radius)]
 
-    def check_and_insert(self, phash_hex: str, sha1: str, owner: str, file_path: str = "") -> Outcome:
+    def _judge(self, cands: list[tuple[str, int]], verify: Verify | None) -> tuple[str, int, float | None] | None:
+        """The matching candidate (key, distance, score) among (key, distance) pairs, or None."""
+        if not cands:
+            return None
+        if verify is None:
+            near = [c for c in cands if c[1] <= self.threshold]
+            return (near[0][0], near[0][1], None) if near else None
+        entries = self.r.hmget(self.sig_key, [k for k, _d in cands])
+        m = verify([(label_of_key(k), d, e) for (k, d), e in zip(cands, entries, strict=True)])
+        return (m.label_id.removeprefix("label_"), m.distance, m.score) if m else None
+
+    def fields_set(self, fields_digest: str) -> str:
+        return FIELDS_KEY.format(digest=fields_digest) if fields_digest else ""
+
+    def _same_fields(self, same: str, code: int) -> list[tuple[str, int]]:
+        """Indexed labels with the same fields, with their pHash distance (local copy)."""
+        if not same:
+            return []
+        out = []
+        for k in self.r.smembers(same):
+            c = self.local.code_of(int(k, 16))
+            if c is not None:
+                out.append((k, hamming(c, code)))
+        return out
+
+    def check_and_insert(
+        self,
+        phash_hex: str,
+        sha1: str,
+        owner: str,
+        file_path: str = "",
+        *,
+        entry: str = "",
+        verify: Verify | None = None,
+        fields_digest: str = "",
+    ) -> Outcome:
+        """Index an image unless an indexed one is the same label. `entry`: the signature entry
+        stored for later verifiers; `verify`: the second stage (None: distance <= threshold);
+        `fields_digest`: labels indexed with the same digest are candidates at any distance."""
         phash_hex = phash_hex.lower()
         key = sha1[:16]
-        for _ in range(8):
-            self.sync()
-            best = self.local.nearest(int(phash_hex, 16))
-            best_key, best_d = (f"{best[0]:016x}", best[1]) if best else ("", -1)
+        code = int(phash_hex, 16)
+        same = self.fields_set(fields_digest) if verify is not None else ""
+        judged: set[str] = set()
+        ex = self.r.hget(self.sha1_key, sha1)
+        if ex:
+            return self._existing(ex, owner, phash_hex)
+        tail: list[tuple[str, int]] = []
+        for _ in range(64):
+            if tail:  # candidates the script found after our offset
+                cands = tail
+            else:
+                self.sync()
+                cands = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)]
+                near = {k for k, _d in cands}
+                cands += [c for c in self._same_fields(same, code) if c[0] not in near]
+                cands.sort(key=lambda c: c[1])
+            cands = [c for c in cands if c[0] not in judged]
+            hit = self._judge(cands, verify)
+            judged.update(k for k, _d in cands)
+            if hit:
+                return Outcome("dedup", label_of_key(hit[0]), hit[1], score=hit[2], candidates=len(judged))
             res = self._check(
-                keys=[self.log_key, self.sha1_key],
-                args=[phash_hex, sha1, key, owner, self.offset, best_key, best_d, self.threshold, TAIL_CAP, file_path],
+                keys=[self.log_key, self.sha1_key, self.sig_key, same],
+                args=[phash_hex, sha1, key, owner, self.offset, self.radius, TAIL_CAP, file_path, entry, *judged],
             )
             status = res[0]
             if status == "exists":
-                lid, ph, who, _path = _split_entry(res[1])
-                if who == owner:
-                    return Outcome("self", lid, 0, ph)
-                return Outcome("dedup", lid, hamming_hex(ph, phash_hex), ph)
-            if status == "dedup":
-                return Outcome("dedup", label_of_key(res[1]), int(res[2]))
+                return self._existing(res[1], owner, phash_hex)
             if status == "indexed":
-                return Outcome("indexed", label_of_key(key), 0, phash_hex)
-            # stale: far behind or a removal in the tail; catch up and try again
+                return Outcome("indexed", label_of_key(key), 0, phash_hex, candidates=len(judged))
+            # candidates appended after our offset: judge them; stale (far behind, or a removal in
+            # the tail): catch up and try again
+            tail = [(res[i], int(res[i + 1])) for i in range(2, len(res), 2)] if status == "candidates" else []
         raise RuntimeError("pHash index: could not catch up with the log")
+
+    @staticmethod
+    def _existing(ex: str, owner: str, phash_hex: str) -> Outcome:
+        lid, ph, who, _path = _split_entry(ex)
+        if who == owner:
+            return Outcome("self", lid, 0, ph)
+        return Outcome("dedup", lid, hamming(ph, phash_hex), ph)
 
     def lookup_sha1(self, sha1: str) -> dict | None:
         return lookup_sha1(self.r, sha1, self.sha1_key)
 
     def remove(self, sha1: str) -> bool:
-        return bool(self._remove(keys=[self.log_key, self.sha1_key], args=[sha1]))
+        return bool(self._remove(keys=[self.log_key, self.sha1_key, self.sig_key], args=[sha1]))
 
     def count(self) -> int:
         return int(self.r.hlen(self.sha1_key))
-
-
-def hamming_hex(a: str, b: str) -> int:
-    return (int(a, 16) ^ int(b, 16)).bit_count()
 
 
 def _split_entry(v: str) -> tuple[str, str, str, str]:
@@ -353,15 +452,15 @@ def all_entries(r, sha1_key: str = SHA1_KEY) -> dict[str, dict]:
     return out
 
 
-_shared: dict[tuple[int, int], PHashIndex] = {}
+_shared: dict[tuple[int, int, int], PHashIndex] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_index(r, threshold: int) -> PHashIndex:
-    """One index per (Redis client, threshold) per process: the log is read once, then tailed."""
-    key = (id(r), threshold)
+def shared_index(r, threshold: int, radius: int | None = None) -> PHashIndex:
+    """One index per (Redis client, threshold, radius) per process: the log is read once, then tailed."""
+    key = (id(r), threshold, radius if radius is not None else threshold)
     with _shared_lock:
         idx = _shared.get(key)
         if idx is None:
-            idx = _shared[key] = PHashIndex(r, threshold)
+            idx = _shared[key] = PHashIndex(r, threshold, radius=radius)
         return idx

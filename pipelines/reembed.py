@@ -17,10 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pipelines import memo
 from pipelines import vector_index as vi
 from pipelines.embedding import DEFAULT_MODEL_KEY, canonical_model_name, get_embedder
 from pipelines.ingest import BUILDING_KEY, JobHandle, _NoJob
-from yana.errors import YanaError
+from pipelines.jobs import TERMINAL, JobStore
+from yana.clients import get_chroma, get_redis
+from yana.errors import conflict
 from yana.settings import Settings, get_settings
 
 log = logging.getLogger("yana.reembed")
@@ -44,8 +47,6 @@ return 0
 
 
 def _holder_ended(r) -> bool:
-    from pipelines.jobs import TERMINAL, JobStore
-
     job_id = r.get(BUILDING_JOB_KEY)
     job = JobStore(r).get(job_id) if job_id else None
     return job is None or job["status"] in TERMINAL
@@ -64,7 +65,10 @@ def next_version(chroma, model: str, dim: int) -> str:
 
 def _copy(src, dst, emb, ids: list[str], docs: list[str], metas: list[dict], r) -> None:
     vectors = emb.embed_passages(docs)
-    chunks = [{"id": i, "text": d, "metadata": m, "embedding": v} for i, d, m, v in zip(ids, docs, metas, vectors)]
+    chunks = [
+        {"id": i, "text": d, "metadata": m, "embedding": v}
+        for i, d, m, v in zip(ids, docs, metas, vectors, strict=True)
+    ]
     vi.upsert_chunks(dst, chunks, r=r, model=emb.model_name)
 
 
@@ -79,10 +83,9 @@ def _all_ids(col, page: int = 5000) -> set[str]:
         offset += len(got)
 
 
-def run_reembed(ctx: JobHandle | None, *, model: str, r=None, chroma=None, s: Settings | None = None,
-                **_ignored) -> dict[str, Any]:
-    from yana.clients import get_chroma, get_redis
-
+def run_reembed(
+    ctx: JobHandle | None, *, model: str, r=None, chroma=None, s: Settings | None = None, **_ignored
+) -> dict[str, Any]:
     ctx = ctx or _NoJob()
     s = s or get_settings()
     r = r if r is not None else get_redis(s)
@@ -90,16 +93,13 @@ def run_reembed(ctx: JobHandle | None, *, model: str, r=None, chroma=None, s: Se
     model = canonical_model_name(model)
     emb = get_embedder(model)  # MODEL_UNAVAILABLE (503) right away when it is not on this machine
 
-    source = ctx.meta.get("source")
-    if not source:
-        vi.active_collection(chroma, r)  # creates the default one if nothing exists yet
-        source = vi.active_name(r)
+    source: str = ctx.meta.get("source") or vi.active_collection(chroma, r)[0].name  # creates the default
     target = ctx.meta.get("target") or next_version(chroma, model, emb.dim)
     ctx.save_meta(source=source, target=target, model=model)
     holder = r.eval(_CLAIM_BUILDING, 2, BUILDING_KEY, BUILDING_JOB_KEY, target, ctx.job_id, "0")
     if holder != target:
         if not _holder_ended(r):
-            raise YanaError("CONFLICT", f"another re-embed is building {holder}", 409)
+            raise conflict(f"another re-embed is building {holder}")
         r.eval(_CLAIM_BUILDING, 2, BUILDING_KEY, BUILDING_JOB_KEY, target, ctx.job_id, "1")
     try:
         dst = vi.create_collection(chroma, target, model, emb.dim)
@@ -121,19 +121,26 @@ def run_reembed(ctx: JobHandle | None, *, model: str, r=None, chroma=None, s: Se
             got = src.get(ids=missing[i : i + batch], include=["documents", "metadatas"])
             if got["ids"]:
                 _copy(src, dst, emb, got["ids"], got["documents"], got["metadatas"], r)
-        if vi.active_name(r) == target:
-            swapped = True  # a resumed job that had already swapped
-        else:
-            swapped = vi.swap_active(r, source, target)
+        # a resumed job may have swapped already
+        swapped = vi.active_name(r) == target or vi.swap_active(r, source, target)
         if not swapped:
-            raise YanaError("CONFLICT", f"the active collection is no longer {source}; not swapping", 409)
+            raise conflict(f"the active collection is no longer {source}; not swapping")
         r.set(DEFAULT_MODEL_KEY, model)  # an explicit re-embed is the one way the default changes
     except Exception:  # a clean failure frees the slot; a killed process keeps it for its resume
         r.eval(_RELEASE_BUILDING, 2, BUILDING_KEY, BUILDING_JOB_KEY, target)
         raise
     r.eval(_RELEASE_BUILDING, 2, BUILDING_KEY, BUILDING_JOB_KEY, target)
+    memos = memo.reembed_memos(r, chroma, model, batch=batch)  # memos follow the labels' model
     count = dst.count()
     ctx.progress("reembed", count, count)
     log.info("re-embed swapped", extra={"source": source, "target": target, "model": model, "count": count})
-    return {"source": source, "target": target, "active": target, "model": model, "dim": emb.dim,
-            "count": count, "copied_after_paging": len(missing)}
+    return {
+        "source": source,
+        "target": target,
+        "active": target,
+        "model": model,
+        "dim": emb.dim,
+        "count": count,
+        "copied_after_paging": len(missing),
+        "memos": memos,
+    }

@@ -12,14 +12,15 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError
+
 
 @dataclass(frozen=True)
 class Target:
@@ -45,44 +46,80 @@ def _allowed_by_list(host: str, addr: ipaddress._BaseAddress, allow: list[str]) 
     return False
 
 
-def resolve_target(url: str, allow: list[str] | None = None) -> Target:
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# IPv6 prefixes whose last 32 bits are an IPv4 address that the packet ends up at.
+_EMBEDS_IPV4_LAST_32 = (
+    ipaddress.ip_network("64:ff9b::/96"),  # NAT64 well-known prefix (RFC 6052)
+    ipaddress.ip_network("::ffff:0:0/96"),  # IPv4-mapped
+    ipaddress.ip_network("::ffff:0:0:0/96"),  # IPv4-translated (SIIT)
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated, still routed by some stacks)
+)
+# Never a public destination, whatever they embed: local-use NAT64 (RFC 8215) and Teredo
+# (the client address inside is obfuscated and the relay is someone else's).
+_REFUSED_V6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("2001::/32"))
+
+
+def effective_address(addr: IPAddress) -> IPAddress:
+    """The address a connection to addr really reaches: IPv4 unwrapped from IPv6 forms that embed
+    it (mapped, translated, compatible, NAT64 64:ff9b::/96, 6to4 2002::/16)."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return addr
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    for net in _EMBEDS_IPV4_LAST_32:
+        if addr in net:
+            return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return addr
+
+
+def is_public_unicast(addr: IPAddress) -> bool:
+    """Global unicast only: not private, loopback, link-local, CGNAT, reserved, unspecified,
+    multicast, or an IPv6 form that carries (or hides) one of those."""
+    if isinstance(addr, ipaddress.IPv6Address) and any(addr in net for net in _REFUSED_V6):
+        return False
+    real = effective_address(addr)
+    return real.is_global and not real.is_multicast and not real.is_unspecified and not real.is_reserved
+
+
+def resolve_target(url: str, allow: list[str] | None = None, *, allow_setting: str = "WEBHOOK_ALLOW") -> Target:
     """Validate a callback/fetch URL and pin it to one checked address.
 
     Refuses non-http(s), credentials in the URL, and any resolved address that is not global
-    (loopback, private, link-local, CGNAT, multicast, reserved) unless the allow-list names the
-    host or a network containing the address. Raises YanaError(BAD_REQUEST).
+    unicast (see is_public_unicast; IPv4 embedded in IPv6 is judged as that IPv4) unless the
+    allow-list names the host or a network containing the address (or the IPv4 it embeds).
+    allow_setting names the setting that holds the list, for the error message.
+    Raises YanaError(BAD_REQUEST).
     """
     allow = allow or []
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError as exc:
-        raise YanaError("BAD_REQUEST", f"invalid URL: {exc}", 400) from exc
+        raise YanaError.of(ErrorCode.BAD_REQUEST, f"invalid URL: {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise YanaError("BAD_REQUEST", "callback URL must be http(s)://host/...", 400)
+        raise YanaError.of(ErrorCode.BAD_REQUEST, "URL must be http(s)://host/...")
     if parts.username or parts.password:
-        raise YanaError("BAD_REQUEST", "credentials in the URL are not allowed", 400)
+        raise YanaError.of(ErrorCode.BAD_REQUEST, "credentials in the URL are not allowed")
     host = parts.hostname
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = port or (443 if parts.scheme == "https" else 80)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise YanaError("BAD_REQUEST", f"cannot resolve host {host!r}", 400) from exc
-    addrs = []
-    for info in infos:
-        addr = ipaddress.ip_address(info[4][0].split("%")[0])
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
-            addr = addr.ipv4_mapped
-        addrs.append(addr)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise YanaError.of(ErrorCode.BAD_REQUEST, f"cannot resolve host {host!r}") from exc
+    addrs = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     # Every address must pass: a name that resolves to one public and one private address is
     # refused, so DNS tricks cannot pick the private one later.
     for addr in addrs:
-        if not addr.is_global and not _allowed_by_list(host, addr, allow):
-            raise YanaError(
-                "BAD_REQUEST",
-                "callback URL resolves to a private, loopback or link-local address; "
-                "allow it with WEBHOOK_ALLOW if intended",
-                400,
-            )
+        if is_public_unicast(addr):
+            continue
+        if _allowed_by_list(host, addr, allow) or _allowed_by_list(host, effective_address(addr), allow):
+            continue
+        raise YanaError.of(
+            ErrorCode.BAD_REQUEST,
+            f"URL host {host!r} resolves to {addr}, which is not a public unicast address "
+            f"(private, loopback, link-local, multicast or reserved); allow it with {allow_setting} if intended",
+        )
     return Target(url=url, host=host, port=port, scheme=parts.scheme, address=str(addrs[0]))
 
 
@@ -105,23 +142,27 @@ def post_pinned(target: Target, body: bytes, headers: dict, timeout: float) -> h
         return client.post(url, content=body, headers={**headers, **host}, extensions=sni)
 
 
-def get_pinned(target: Target, timeout: float, max_bytes: int, headers: dict | None = None) -> tuple[httpx.Response, bytes]:
+def get_pinned(
+    target: Target, timeout: float, max_bytes: int, headers: dict | None = None
+) -> tuple[httpx.Response, bytes]:
     """GET from the checked address with a byte cap (streamed; stops reading past max_bytes).
 
     Returns the response (headers, status) and its body. Raises YanaError FETCH_TOO_LARGE when
     the body exceeds max_bytes, FETCH_TIMEOUT when the whole transfer exceeds timeout."""
-    with _pinned_client(target, timeout) as (client, url, host, sni):
-        with client.stream("GET", url, headers={**(headers or {}), **host}, extensions=sni) as resp:
-            declared = resp.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise YanaError("FETCH_TOO_LARGE", f"{target.url} is {declared} bytes; the limit is {max_bytes}", 413)
-            chunks, size = [], 0
-            deadline = time.monotonic() + timeout  # httpx's timeout is per read; a slow drip must end too
-            for chunk in resp.iter_bytes():
-                if time.monotonic() > deadline:
-                    raise YanaError("FETCH_TIMEOUT", f"{target.url} took longer than {timeout}s", 504, retryable=True)
-                size += len(chunk)
-                if size > max_bytes:
-                    raise YanaError("FETCH_TOO_LARGE", f"{target.url} is larger than {max_bytes} bytes", 413)
-                chunks.append(chunk)
-            return resp, b"".join(chunks)
+    with (
+        _pinned_client(target, timeout) as (client, url, host, sni),
+        client.stream("GET", url, headers={**(headers or {}), **host}, extensions=sni) as resp,
+    ):
+        declared = resp.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > max_bytes:
+            raise YanaError.of(ErrorCode.FETCH_TOO_LARGE, f"{target.url} is {declared} bytes; the limit is {max_bytes}")
+        chunks, size = [], 0
+        deadline = time.monotonic() + timeout  # httpx's timeout is per read; a slow drip must end too
+        for chunk in resp.iter_bytes():
+            if time.monotonic() > deadline:
+                raise YanaError.of(ErrorCode.FETCH_TIMEOUT, f"{target.url} took longer than {timeout}s")
+            size += len(chunk)
+            if size > max_bytes:
+                raise YanaError.of(ErrorCode.FETCH_TOO_LARGE, f"{target.url} is larger than {max_bytes} bytes")
+            chunks.append(chunk)
+        return resp, b"".join(chunks)

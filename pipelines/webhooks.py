@@ -10,7 +10,7 @@ Each attempt is recorded on the job record.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -19,7 +19,7 @@ from standardwebhooks.webhooks import Webhook
 
 from pipelines.jobs import WEBHOOKS_DUE, JobStore, now_iso, public_view
 from pipelines.safe_http import post_pinned, resolve_target
-from yana.errors import YanaError
+from yana.errors import YanaError, describe
 
 _CLAIM_DUE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
@@ -42,7 +42,7 @@ def webhook_id(job_id: str) -> str:
 def build_delivery(job: dict, secret: str) -> tuple[bytes, dict]:
     payload = {"type": f"job.{job['status']}", "timestamp": now_iso(), "data": public_view(job)}
     body = orjson.dumps(payload)
-    ts = datetime.now(timezone.utc).replace(microsecond=0)
+    ts = datetime.now(UTC).replace(microsecond=0)
     msg_id = webhook_id(job["id"])
     headers = {
         "content-type": "application/json",
@@ -117,7 +117,9 @@ class WebhookDispatcher:
         except YanaError as exc:
             record["error"] = exc.message
         except httpx.HTTPError as exc:
-            record["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            record["error"] = describe(exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. an unusable secret: recorded, retried, bounded
+            record["error"] = describe(exc)
         record["duration_ms"] = round((time.perf_counter() - started) * 1000, 1)
         if ok:
             self.store.append_webhook_attempt(job_id, record, delivered=True)

@@ -7,7 +7,7 @@ import time
 from workers.base_task import JobContext, JobTask
 from workers.celery_app import app
 from yana.clients import get_redis
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError
 
 EFFECTS = "yana:demo:effects"  # hash job_id -> times the effect was applied
 
@@ -28,7 +28,7 @@ def sleep_job(self, ctx: JobContext | None, steps: int = 3, step_s: float = 0.1,
             ctx.progress("sleeping", i, total)
         time.sleep(float(step_s))
     if fail:
-        raise YanaError("DEMO_FAILURE", "failure requested by the demo job", 500)
+        raise YanaError.of(ErrorCode.DEMO_FAILURE, "failure requested by the demo job")
     if ctx:
         ctx.progress("sleeping", total, total)
         r = get_redis()

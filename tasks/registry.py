@@ -1,10 +1,14 @@
-"""Job kinds and how to enqueue them. The API imports only this (no task bodies, no torch)."""
+"""Job kinds and how to enqueue them. The API imports only this (no task bodies, no torch): it
+sends messages by task name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
+
 from pipelines.jobs import JobStore
+from workers.celery_app import app
 from yana.clients import get_redis
 from yana.settings import get_settings
 
@@ -19,6 +23,9 @@ KINDS: dict[str, Kind] = {
     "demo.sleep": Kind("yana.demo.sleep", "default"),
     "ingest": Kind("yana.ingest.run", "ingest"),
     "reembed": Kind("yana.reembed.run", "reembed"),
+    "retrieve": Kind("yana.retrieve.run", "retrieve"),
+    "retrieve.embed": Kind("yana.retrieve.embed", "retrieve"),
+    "think": Kind("yana.think.run", "think"),
 }
 
 
@@ -26,13 +33,36 @@ def job_store() -> JobStore:
     return JobStore(get_redis(), get_settings().job_retention_s)
 
 
+def describe(job: dict) -> str:
+    """What a job is, in a line (Flower's args column): kind, id, and its size."""
+    params = job.get("params") or {}
+    if isinstance(params, str):
+        params = orjson.loads(params) if params else {}
+    what = f"{job['kind']} job {job['id']}"
+    if job["kind"] == "ingest":
+        what += f": {len(params.get('items') or [])} images, {len(params.get('documents') or [])} documents"
+    elif job["kind"] == "reembed":
+        what += f": model {params.get('model')}"
+    elif params:
+        what += ": " + ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "callback_url")[:200]
+    if int(job.get("attempts") or 0) > 0:
+        what += f" (attempt {int(job['attempts']) + 1})"
+    return what
+
+
 def send(job: dict) -> None:
     """(Re)send the Celery message for an existing job record, carrying its correlation."""
-    from workers.celery_app import app
-
     kind = KINDS[job["kind"]]
     headers = {k: job.get(k) or "" for k in ("run_id", "trace_id", "traceparent")}
-    app.send_task(kind.task, kwargs={"job_id": job["id"]}, queue=kind.queue, headers=headers, task_id=None)
+    app.send_task(
+        kind.task,
+        kwargs={"job_id": job["id"]},
+        queue=kind.queue,
+        headers=headers,
+        task_id=None,
+        argsrepr=repr((describe(job),)),  # monitoring (Flower) shows what the job is, not just its id
+        kwargsrepr=repr({"job_id": job["id"]}),
+    )
 
 
 def enqueue(
@@ -66,8 +96,6 @@ def enqueue(
 
 def cancel(job_id: str) -> str | None:
     """Cancel a job. Returns the status it had (None if it was already terminal)."""
-    from workers.celery_app import app
-
     store = job_store()
     prev = store.cancel(job_id)
     if prev == "running":

@@ -1,8 +1,14 @@
-"""Shared fixtures: one private real stack per test session (see tests/stack.py)."""
+"""Shared fixtures: one private real stack per test session (see tests/stack.py), and the test tiers.
+
+Tiers: a test that uses the `stack` fixture (directly or through another fixture), or is marked
+`stack` because it starts processes of its own, is in the stack tier; every other test is marked
+`unit` here and runs with `pytest -m unit` without Redis, Chroma or a worker.
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 
 import httpx
 import pytest
@@ -11,6 +17,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+# The int8 embedding model is built from bundled weights on first use (20-60 s): once per machine
+# for every stack the tests start, not once per temporary data folder.
+os.environ.setdefault("MODELS_DIR", os.path.join(tempfile.gettempdir(), "yana-test-models"))
 # Until a fixture points the process at a private stack, any store access fails fast instead of
 # reaching a Redis or Chroma that happens to run on this machine's default ports.
 os.environ["REDIS_URL"] = "redis://127.0.0.1:9/0"
@@ -37,6 +46,12 @@ def _point_process_at(stack: TestStack) -> None:
     celery_mod = sys.modules.get("workers.celery_app")
     if celery_mod is not None:
         celery_mod.app.conf.update(broker_url=stack.redis_url, result_backend=stack.redis_url)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "stack" not in item.fixturenames and item.get_closest_marker("stack") is None:
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from yana import processes
-from yana.processes import Service, Stack
+from cli import processes
+from cli.processes import Service, Stack
 
 # Fast failure detection in tests: a killed worker's job is reclaimed within a few seconds.
 TEST_ENV = {
@@ -59,6 +59,20 @@ class TestStack(Stack):
         return [s for s in self.services if s.name.startswith("worker") and s.alive()]
 
 
+def use_stack_stores(stack: TestStack) -> None:
+    """Point this process (pipelines called in-process by a test or a bench) at the stack's Redis
+    and Chroma: the environment, and the settings and clients already cached from the old one."""
+    from yana import clients
+    from yana.settings import get_settings
+
+    os.environ["REDIS_URL"] = stack.redis_url
+    if stack.chroma_url:
+        os.environ["CHROMA_URL"] = stack.chroma_url
+    get_settings.cache_clear()
+    clients._redis.cache_clear()
+    clients._chroma.cache_clear()
+
+
 def start_stack(data_dir: Path, *, chroma: bool = True, worker: bool = True, api: bool = True, **env: str) -> TestStack:
     data_dir.mkdir(parents=True, exist_ok=True)
     stack = TestStack(data_dir=data_dir, env=processes.child_env(DATA_DIR=str(data_dir), **TEST_ENV, **env))
@@ -68,7 +82,9 @@ def start_stack(data_dir: Path, *, chroma: bool = True, worker: bool = True, api
         redis_svc = stack.add(processes.start_redis(data_dir, processes.free_port(), stack.log_dir, stack.env))
         stack.env["REDIS_URL"] = redis_svc.url
         if chroma:
-            chroma_svc = stack.add(processes.start_chroma(data_dir / "chroma", processes.free_port(), stack.log_dir, stack.env))
+            chroma_svc = stack.add(
+                processes.start_chroma(data_dir / "chroma", processes.free_port(), stack.log_dir, stack.env)
+            )
             stack.env["CHROMA_URL"] = chroma_svc.url
         if worker:
             stack.start_worker()
@@ -97,7 +113,9 @@ def wait_job(client: httpx.Client, job_id: str, timeout_s: float = 60.0) -> dict
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"job {job_id} not terminal after {timeout_s}s: {client.get(f'/v1/jobs/{job_id}').json()}")
+            raise AssertionError(
+                f"job {job_id} not terminal after {timeout_s}s: {client.get(f'/v1/jobs/{job_id}').json()}"
+            )
         r = client.get(f"/v1/jobs/{job_id}", headers={"Prefer": f"wait={max(1, min(10, int(left)))}"})
         assert r.status_code == 200, r.text
         job = r.json()

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
+from cli import processes
 from tests.stack import wait_for, wait_job
-from yana import processes
+
+pytestmark = pytest.mark.stack  # starts its own processes
 
 
 def test_api_and_worker_pieces_against_a_given_redis(tmp_path):
@@ -24,9 +27,15 @@ def test_api_and_worker_pieces_against_a_given_redis(tmp_path):
     try:
         processes.wait_healthy(redis_svc)
         port = processes.free_port()
-        for argv in ([yana, "worker", "--redis-url", redis_svc.url, "-n", "piece"],
-                     [yana, "api", "--port", str(port), "--redis-url", redis_svc.url]):
-            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        for argv in (
+            [yana, "worker", "--redis-url", redis_svc.url, "-n", "piece"],
+            [yana, "api", "--port", str(port), "--redis-url", redis_svc.url],
+        ):
+            procs.append(
+                subprocess.Popen(
+                    argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+                )
+            )
         api = f"http://127.0.0.1:{port}"
 
         def up():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,9 +13,13 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
+from cli.processes import free_port
 from tests.stack import wait_for, wait_job
-from yana.processes import free_port
+from yana.settings import Settings
+
+pytestmark = pytest.mark.stack  # starts its own processes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,11 +29,17 @@ def _start_up(data_dir: Path, api_port: int, flower_port: int) -> subprocess.Pop
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
         "HF_HUB_OFFLINE": "1",
+        # the code under test, when it is not the installed checkout (no settings in it)
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
     yana = Path(sys.executable).parent / "yana"
     return subprocess.Popen(
         [str(yana), "up", "--data-dir", str(data_dir), "--api-port", str(api_port), "--flower-port", str(flower_port)],
-        env=env, cwd=str(data_dir.parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env,
+        cwd=str(data_dir.parent),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -49,6 +60,17 @@ def _wait_up(proc: subprocess.Popen, api: str) -> None:
             return False
 
     wait_for(ready, timeout_s=180, interval_s=0.5, what="yana up healthy")
+
+
+def _left(children: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for c in children:
+        try:
+            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE:
+                alive.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def _stop(proc: subprocess.Popen, sig=signal.SIGINT) -> float:
@@ -81,10 +103,12 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
         took = _stop(proc, signal.SIGINT)
     assert took < 10, f"stop took {took:.1f}s"
     assert proc.returncode == 0
-    time.sleep(0.5)
-    left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert left == [], f"left behind: {left}"
+    wait_for(lambda: not _left(children), timeout_s=5, what="no process left behind")
     assert (data_dir / "redis" / "appendonlydir").exists() or any((data_dir / "redis").glob("*.aof*"))
+    secret_file = data_dir / "webhook_secret"
+    secret = secret_file.read_text().strip()
+    assert secret.startswith("whsec_") and len(secret) > 40 and secret_file.stat().st_mode & 0o077 == 0
+    assert secret != Settings.model_fields["webhook_secret"].default
 
     # same data folder again: the job record survived (Redis AOF), SIGTERM also stops cleanly
     proc = _start_up(data_dir, api_port, flower_port)
@@ -93,25 +117,59 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
         children = _descendants(proc.pid)
         job = httpx.get(f"{api}/v1/jobs/{job_id}", timeout=10).json()
         assert job["status"] == "succeeded"
+        assert secret_file.read_text().strip() == secret, "the generated secret is reused"
     finally:
         took = _stop(proc, signal.SIGTERM)
     assert took < 10
-    time.sleep(0.5)
-    assert [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+    wait_for(lambda: not _left(children), timeout_s=5, what="no process left behind")
 
 
-def test_dead_child_is_reported_loudly(tmp_path):
+def _child(proc: subprocess.Popen, *words: str) -> psutil.Process:
+    for c in _descendants(proc.pid):
+        cmd = c.cmdline()
+        if all(w in cmd or any(w in part for part in cmd) for w in words) and c.ppid() == proc.pid:
+            return c
+    raise AssertionError(f"no child with {words}")
+
+
+def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
     data_dir = tmp_path / "data"
     api_port = free_port()
+    api = f"http://127.0.0.1:{api_port}"
     proc = _start_up(data_dir, api_port, free_port())
     try:
-        _wait_up(proc, f"http://127.0.0.1:{api_port}")
-        worker = next(c for c in _descendants(proc.pid) if "celery" in " ".join(c.cmdline()) and "worker" in c.cmdline())
-        os.kill(worker.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
+        _wait_up(proc, api)
+        with httpx.Client(base_url=api, timeout=30) as client:
+            # the API dies (kill -9) while a job runs: it comes back on the same port, the job goes on
+            running = client.post("/v1/demo/sleep", json={"steps": 4, "step_s": 1}).json()["job_id"]
+            old_api = _child(proc, "uvicorn")
+            old_api.kill()
+            wait_for(lambda: not old_api.is_running() or old_api.status() == psutil.STATUS_ZOMBIE, what="api gone")
+            _wait_up(proc, api)
+            assert _child(proc, "uvicorn").pid != old_api.pid
+            assert wait_job(client, running, 60)["status"] == "succeeded"
+
+            # the worker dies: it is restarted and a job queued meanwhile completes
+            old_worker = _child(proc, "celery", "worker")
+            old_worker.kill()
+            queued = client.post("/v1/demo/sleep", json={"steps": 1, "step_s": 0}).json()["job_id"]
+            assert wait_job(client, queued, 180)["status"] == "succeeded"
+            assert _child(proc, "celery", "worker").pid != old_worker.pid
     finally:
-        if proc.poll() is None:
-            _stop(proc)
+        took = _stop(proc, signal.SIGINT) if proc.poll() is None else 0.0
     out = proc.stdout.read()
-    assert proc.returncode != 0
-    assert "worker died" in out, out
+    assert proc.returncode == 0, out
+    assert took < 10
+    assert "api died" in out and "api restarted" in out, out
+    assert "worker died" in out and "worker restarted" in out, out
+
+
+def test_an_explicitly_requested_port_that_is_taken_fails_loudly(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _start_up(tmp_path / "data", port, free_port())
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert f"API port {port} is taken" in out, out

@@ -14,6 +14,8 @@ import threading
 import uuid
 from typing import Any
 
+import httpx
+import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
@@ -21,7 +23,7 @@ from pipelines import jobs as jobstore
 from pipelines.jobs import JobStore
 from yana import context
 from yana.clients import get_redis
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError, describe
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.task")
@@ -50,9 +52,9 @@ class JobContext:
     def attempt(self) -> int:
         return int(self.job.get("attempts") or 0)
 
-    def progress(self, stage: str, done: int, total: int) -> None:
+    def progress(self, stage: str, done: int, total: int, **detail: Any) -> None:
         self.check_cancelled()
-        self.store.progress(self.job_id, stage, done, total)
+        self.store.progress(self.job_id, stage, done, total, **detail)
 
     def save_meta(self, **values: Any) -> None:
         self.meta = self.store.update_meta(self.job_id, **values)
@@ -63,6 +65,10 @@ class JobContext:
     def check_cancelled(self) -> None:
         if self._cancelled.is_set():
             raise JobCancelled(self.job_id)
+
+
+# A store that timed out or dropped the connection: the job is retried, not failed.
+TRANSIENT_STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError, httpx.TimeoutException, httpx.TransportError)
 
 
 class _Heartbeat(threading.Thread):
@@ -81,6 +87,14 @@ class _Heartbeat(threading.Thread):
                     return
             except Exception:  # Redis blip: try again next tick; the TTL covers a few misses
                 log.warning("heartbeat failed", exc_info=True, extra={"job_id": self.job_id})
+
+
+def succeeded_summary(result: Any) -> str:
+    """A job that succeeded with some failed items says so (Flower shows this as the result)."""
+    if isinstance(result, dict) and result.get("failed"):
+        total = sum(int(result.get(k) or 0) for k in ("indexed", "dedup", "failed")) or "?"
+        return f"succeeded with failed items: {result['failed']} of {total}"
+    return "succeeded"
 
 
 class JobTask(Task):
@@ -112,7 +126,9 @@ class JobTask(Task):
     def _run_job(self, store: JobStore, job: dict, s) -> Any:
         job_id = job["id"]
         token = f"{uuid.uuid4().hex}:{self.request.hostname or 'local'}"
-        claim = store.claim(job_id, token, hb_ttl_s=s.heartbeat_ttl_s, max_attempts=job["max_attempts"] or s.job_max_attempts)
+        claim = store.claim(
+            job_id, token, hb_ttl_s=s.heartbeat_ttl_s, max_attempts=job["max_attempts"] or s.job_max_attempts
+        )
         extra = {"job_id": job_id, "kind": job["kind"], "attempt": claim.attempts}
         if claim.outcome != "ok":
             log.info("job not run: %s", claim.outcome, extra=extra)
@@ -123,28 +139,52 @@ class JobTask(Task):
         hb.start()
         ctx = JobContext(store, job, token, hb.lost)
         log.info("job started", extra=extra)
+        outcome = "not ours any more"  # the task's result, as monitoring (Flower) shows it
         try:
             result = self.run(ctx, **(job.get("params") or {}))
         except (JobCancelled, SoftTimeLimitExceeded) as exc:
             current = store.get(job_id) or {}
             if current.get("status") == jobstore.CANCELLED:
                 log.info("job cancelled while running", extra=extra)
+                outcome = "cancelled"
             else:
-                err = YanaError("TIMEOUT", f"job exceeded its time limit ({type(exc).__name__})", 500, True)
+                err = YanaError.of(ErrorCode.TIMEOUT, f"job exceeded its time limit ({type(exc).__name__})")
                 store.fail(job_id, err.body(), token)
                 log.warning("job timed out", extra=extra)
+                outcome = "failed: TIMEOUT"
         except YanaError as exc:
             store.fail(job_id, exc.body(), token)
             log.warning("job failed: %s", exc.code, extra=extra)
+            outcome = f"failed: {exc.code}"
+        except TRANSIENT_STORE_ERRORS as exc:  # a store timed out or went away: try again later
+            outcome = self._retry_later(store, job, token, claim.attempts, exc, extra)
         except Exception as exc:  # noqa: BLE001 - a body's bug must still end its job
-            body = {"code": "INTERNAL", "message": f"{type(exc).__name__}: {str(exc)[:300]}", "retryable": True}
+            body = {"code": "INTERNAL", "message": describe(exc, 300), "retryable": True}
             store.fail(job_id, body, token)
             log.exception("job crashed", extra=extra)
+            outcome = "failed: INTERNAL"
         else:
             if store.succeed(job_id, token, result):
                 log.info("job succeeded", extra=extra)
+                outcome = succeeded_summary(result)
             else:
                 log.info("job finished but is no longer ours (cancelled or reclaimed)", extra=extra)
         finally:
             hb.stop.set()
-        return None
+        return outcome
+
+    def _retry_later(self, store: JobStore, job: dict, token: str, attempts: int, exc: Exception, extra) -> str:
+        """Requeue the job with exponential backoff (2, 4, 8... s, at most 60) while attempts are
+        left; the body is idempotent, so a retry after a partial write adds nothing twice."""
+        job_id = job["id"]
+        max_attempts = int(job.get("max_attempts") or get_settings().job_max_attempts)
+        error = YanaError.of(ErrorCode.STORE_UNAVAILABLE, describe(exc, 300)).body()
+        if attempts >= max_attempts or not store.requeue(job_id, token, error):
+            store.fail(job_id, error, token)
+            log.warning("job failed: store unavailable", extra=extra)
+            return "failed: STORE_UNAVAILABLE"
+        delay = min(60.0, 2.0**attempts)
+        headers = {k: job.get(k) or "" for k in ("run_id", "trace_id", "traceparent")}
+        self.apply_async(kwargs={"job_id": job_id}, countdown=delay, queue=job.get("queue") or None, headers=headers)
+        log.warning("job retries in %.0fs: %s", delay, error["message"], extra=extra)
+        return f"retrying in {delay:.0f}s"

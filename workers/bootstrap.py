@@ -1,4 +1,7 @@
-"""Per-process bootstrap: JSON logs, one thread per child, and the maintenance loop."""
+"""Per-process bootstrap: JSON logs and one compute thread per worker child.
+
+Imported with the Celery app, so the API (which only sends tasks) pays for nothing here: torch
+is touched only inside worker processes."""
 
 from __future__ import annotations
 
@@ -8,21 +11,29 @@ from celery import signals
 
 from yana import logging as ylog
 
+_THREAD_VARS = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
 
 def pin_threads() -> None:
     """Two cores shared by everything: each worker child computes on one thread."""
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
-        os.environ.setdefault(var, "false" if var == "TOKENIZERS_PARALLELISM" else "1")
+    for var, value in _THREAD_VARS.items():
+        os.environ.setdefault(var, value)
     try:
-        import torch
+        import torch  # only in worker processes; the API never needs it here
 
         torch.set_num_threads(1)
         torch.set_num_interop_threads(1)
-    except Exception:  # torch absent or interop threads already set
+    except (ImportError, RuntimeError):  # torch absent, or interop threads already set
         pass
 
 
-pin_threads()  # before any child forks or any model loads
+for _var, _value in _THREAD_VARS.items():  # before any child forks or any model loads
+    os.environ.setdefault(_var, _value)
 
 
 @signals.setup_logging.connect
@@ -30,26 +41,12 @@ def _setup_logging(**_):
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
 
 
+@signals.worker_init.connect
+def _worker_init(**_):
+    pin_threads()
+
+
 @signals.worker_process_init.connect
 def _child_init(**_):
     pin_threads()
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
-
-
-_loop = None
-
-
-@signals.worker_ready.connect
-def _start_maintenance(**_):
-    global _loop
-    from workers.maintenance import MaintenanceLoop
-    from yana.settings import get_settings
-
-    _loop = MaintenanceLoop(get_settings().reconcile_interval_s)
-    _loop.start()
-
-
-@signals.worker_shutdown.connect
-def _stop_maintenance(**_):
-    if _loop is not None:
-        _loop.stop.set()

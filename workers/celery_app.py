@@ -5,11 +5,18 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
+from workers.queues import QUEUES
 from yana.settings import get_settings
 
-from workers.queues import QUEUES
-
-TASK_MODULES = ["tasks.demo", "tasks.webhooks", "tasks.ingest", "tasks.reembed"]
+TASK_MODULES = [
+    "tasks.demo",
+    "tasks.webhooks",
+    "tasks.ingest",
+    "tasks.reembed",
+    "tasks.maintenance",
+    "tasks.retrieve",
+    "tasks.think",
+]
 
 
 def create_app() -> Celery:

@@ -14,39 +14,59 @@ from yana.settings import Settings, get_settings
 
 
 @lru_cache(maxsize=8)
-def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+def _redis(url: str, timeout_s: float = 10.0) -> redis.Redis:
+    # A paused or unreachable Redis raises redis.TimeoutError after timeout_s instead of hanging.
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        health_check_interval=30,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )
 
 
 def get_redis(settings: Settings | None = None) -> redis.Redis:
-    return _redis((settings or get_settings()).redis_url)
+    s = settings or get_settings()
+    return _redis(s.redis_url, s.redis_timeout_s)
 
 
 def get_async_redis(settings: Settings | None = None) -> aredis.Redis:
     # One per event loop is the caller's job (the API keeps one on app.state).
-    return aredis.Redis.from_url((settings or get_settings()).redis_url, decode_responses=True)
+    s = settings or get_settings()
+    return aredis.Redis.from_url(
+        s.redis_url, decode_responses=True, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s
+    )
 
 
 @lru_cache(maxsize=4)
-def _chroma(url: str | None, path: str):
+def _chroma(url: str | None, path: str, timeout_s: float = 30.0):
+    # Imported here: chromadb is heavy (and pulls onnxruntime/opentelemetry), and processes that
+    # never talk to Chroma (the chat fast path, most CLI commands) should not load it.
     import chromadb
+    import httpx
     from chromadb.config import Settings as ChromaSettings
 
     chroma_settings = ChromaSettings(anonymized_telemetry=False)
     if url:
         u = urlparse(url)
-        return chromadb.HttpClient(
+        client = chromadb.HttpClient(
             host=u.hostname or "127.0.0.1",
             port=u.port or (443 if u.scheme == "https" else 8000),
             ssl=u.scheme == "https",
             settings=chroma_settings,
         )
+        # chromadb's HTTP session has no timeout (httpx.Client(timeout=None)) and no setting for
+        # one: a paused server would hang the caller forever. Bound every request.
+        session = getattr(getattr(client, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+        return client
     return chromadb.PersistentClient(path=path, settings=chroma_settings)
 
 
 def get_chroma(settings: Settings | None = None):
     s = settings or get_settings()
-    return _chroma(s.chroma_url, s.chroma_path)
+    return _chroma(s.chroma_url, s.chroma_path, s.chroma_timeout_s)
 
 
 @lru_cache(maxsize=8)
@@ -54,8 +74,12 @@ def _redis_fast(url: str, timeout_s: float) -> redis.Redis:
     # One immediate retry (a pooled connection gone stale), not redis-py's default three with
     # exponential backoff, which turns a Redis outage into seconds per call.
     return redis.Redis.from_url(
-        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        health_check_interval=30, retry=Retry(NoBackoff(), 1),
+        url,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+        retry=Retry(NoBackoff(), 1),
     )
 
 

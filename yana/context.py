@@ -22,12 +22,12 @@ class Correlation:
         return asdict(self)
 
     @classmethod
-    def new(cls) -> "Correlation":
+    def new(cls) -> Correlation:
         trace = ids.new_trace_id()
         return cls(run_id=ids.new_run_id(), trace_id=trace, traceparent=ids.make_traceparent(trace))
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "Correlation":
+    def from_dict(cls, d: dict | None) -> Correlation:
         if not d:
             return cls.new()
         fresh = cls.new()
@@ -36,12 +36,6 @@ class Correlation:
             trace_id=d.get("trace_id") or fresh.trace_id,
             traceparent=d.get("traceparent") or fresh.traceparent,
         )
-
-    def child(self) -> "Correlation":
-        """Same trace, new span: what a downstream hop (task, webhook) should carry."""
-        parsed = ids.parse_traceparent(self.traceparent)
-        trace = parsed[0] if parsed else ids.new_trace_id()
-        return Correlation(self.run_id, self.trace_id, ids.make_traceparent(trace))
 
 
 _current: contextvars.ContextVar[Correlation | None] = contextvars.ContextVar("yana_corr", default=None)

@@ -6,6 +6,7 @@ import re
 import secrets
 import uuid
 
+_JOB_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 _CORRELATION_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _TRACEPARENT_RE = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
@@ -14,12 +15,17 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+def valid_job_id(value: str) -> bool:
+    """A job id as new_job_id makes it (32 lowercase hex digits); anything else names no job."""
+    return bool(_JOB_ID_RE.match(value))
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
 def valid_correlation_id(value: str | None) -> bool:
-    return bool(value) and bool(_CORRELATION_RE.match(value))
+    return bool(value and _CORRELATION_RE.match(value))
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str, str] | None:

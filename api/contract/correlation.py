@@ -16,9 +16,7 @@ import re
 
 from yana import context, ids
 
-_TS_KEY = re.compile(
-    r"^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})$"
-)
+_TS_KEY = re.compile(r"^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})$")
 _TS_VALUE = re.compile(r"^[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$")
 TRACESTATE_MAX_MEMBERS = 32
 
@@ -81,8 +79,9 @@ def response_headers(corr: context.Correlation, tracestate: str | None) -> list[
 _CORRELATION_HEADERS = {b"x-run-id", b"x-trace-id", b"traceparent", b"tracestate"}
 
 
-def rewrite_request_headers(headers: list[tuple[bytes, bytes]], corr: context.Correlation,
-                            tracestate: str | None) -> list[tuple[bytes, bytes]]:
+def rewrite_request_headers(
+    headers: list[tuple[bytes, bytes]], corr: context.Correlation, tracestate: str | None
+) -> list[tuple[bytes, bytes]]:
     """The request headers the app sees carry the effective ids, so anything that forwards them
     (the MCP tool bridge, a handler calling another service) continues the same run and trace."""
     kept = [(k, v) for k, v in headers if k.lower() not in _CORRELATION_HEADERS]

@@ -19,39 +19,26 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from yana import context
-from yana.errors import YanaError
+from yana.errors import CODE_OF_STATUS, ERRORS, ErrorCode, YanaError, internal
 
 log = logging.getLogger("yana.api")
 
-# One code per HTTP status (seed 000); 5xx codes say what failed.
-CODES = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHORIZED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    408: "REQUEST_TIMEOUT",
-    409: "CONFLICT",
-    413: "PAYLOAD_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-    422: "UNPROCESSABLE",
-    429: "RATE_LIMITED",
-    500: "INTERNAL",
-    502: "UPSTREAM_UNAVAILABLE",
-    503: "UPSTREAM_UNAVAILABLE",
-    504: "UPSTREAM_TIMEOUT",
-}
-RETRYABLE_STATUSES = {408, 429, 500, 502, 503, 504}
+# Statuses a framework error is worth retrying on (the table's generic code for it is retryable).
+RETRYABLE_STATUSES = {status for status, code in CODE_OF_STATUS.items() if ERRORS[code].retryable}
 
 # FastAPI/pydantic error types that mean "malformed or missing" (400) rather than "violates the
-# schema" (seed 002 answers those 422 on /v1/retrieve).
+# schema" (answered 422 where a route's policy says so, as /v1/retrieve does).
 MALFORMED_TYPES = {"json_invalid", "json_type", "missing", "model_attributes_type", "dict_type", "model_type"}
 
 
 def http_error(status: int, message: str | None = None, retryable: bool | None = None) -> YanaError:
-    code = CODES.get(status, "INTERNAL" if status >= 500 else "BAD_REQUEST")
-    return YanaError(code, message or code.replace("_", " ").lower(), status,
-                     status in RETRYABLE_STATUSES if retryable is None else retryable)
+    code = CODE_OF_STATUS.get(status, ErrorCode.INTERNAL if status >= 500 else ErrorCode.BAD_REQUEST)
+    return YanaError(
+        code,
+        message or code.replace("_", " ").lower(),
+        status,
+        status in RETRYABLE_STATUSES if retryable is None else retryable,
+    )
 
 
 class LastError:
@@ -90,10 +77,10 @@ def from_exception(exc: BaseException) -> YanaError:
     if isinstance(exc, StarletteHTTPException):
         return http_error(exc.status_code, exc.detail if isinstance(exc.detail, str) else None)
     if isinstance(exc, (redis.exceptions.TimeoutError, httpx.TimeoutException)):
-        return YanaError("UPSTREAM_TIMEOUT", "a backing service timed out", 504, retryable=True)
+        return YanaError.of(ErrorCode.UPSTREAM_TIMEOUT, "a backing service timed out")
     if isinstance(exc, (redis.exceptions.ConnectionError, httpx.TransportError, ConnectionError)):
-        return YanaError("UPSTREAM_UNAVAILABLE", "a backing service is unavailable", 503, retryable=True)
-    return YanaError("INTERNAL", "internal error", 500, retryable=True)
+        return YanaError.of(ErrorCode.UPSTREAM_UNAVAILABLE, "a backing service is unavailable")
+    return internal()
 
 
 def validation_error(exc: RequestValidationError, schema_error_status: int = 400) -> YanaError:

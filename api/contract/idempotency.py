@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError, bad_request, conflict
 
 log = logging.getLogger("yana.idempotency")
 
@@ -45,9 +45,9 @@ def parse_key(raw: str) -> str:
     if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
         value = re.sub(r'\\(["\\])', r"\1", value[1:-1])
     if not value:
-        raise YanaError("BAD_REQUEST", "Idempotency-Key must not be empty", 400)
+        raise bad_request("Idempotency-Key must not be empty")
     if len(value) > MAX_KEY_LEN or not _KEY_CHARS.match(value):
-        raise YanaError("BAD_REQUEST", f"Idempotency-Key must be 1-{MAX_KEY_LEN} visible ASCII characters", 400)
+        raise bad_request(f"Idempotency-Key must be 1-{MAX_KEY_LEN} visible ASCII characters")
     return value
 
 
@@ -108,19 +108,28 @@ class IdempotencyStore:
                 continue  # expired between SET NX and GET: try to claim again
             stored = json.loads(raw)
             if stored.get("fp") != fp:
-                raise YanaError("UNPROCESSABLE", "Idempotency-Key was already used with a different request", 422)
+                raise YanaError.of(ErrorCode.UNPROCESSABLE, "Idempotency-Key was already used with a different request")
             if stored.get("state") != "complete":
-                err = YanaError("CONFLICT", "a request with this Idempotency-Key is still being processed", 409, True)
+                err = conflict("a request with this Idempotency-Key is still being processed", retryable=True)
                 err.headers = {"Retry-After": "1"}  # type: ignore[attr-defined]
                 raise err
-            return StoredResponse(stored["status"], [tuple(h) for h in stored["headers"]],
-                                  base64.b64decode(stored["body"]))
-        raise YanaError("CONFLICT", "Idempotency-Key is contended, retry", 409, True)
+            return StoredResponse(
+                stored["status"], [tuple(h) for h in stored["headers"]], base64.b64decode(stored["body"])
+            )
+        raise conflict("Idempotency-Key is contended, retry", retryable=True)
 
     async def complete(self, claim: Claim, fp: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         kept = [(k, v) for k, v in headers if k.lower() in _REPLAY_HEADERS]
-        record = json.dumps({"state": "complete", "fp": fp, "owner": claim.owner, "status": status,
-                             "headers": kept, "body": base64.b64encode(body).decode()})
+        record = json.dumps(
+            {
+                "state": "complete",
+                "fp": fp,
+                "owner": claim.owner,
+                "status": status,
+                "headers": kept,
+                "body": base64.b64encode(body).decode(),
+            }
+        )
         await self._if_owner(claim, lambda pipe: pipe.set(claim.key, record, ex=self.ttl_s))
 
     async def release(self, claim: Claim) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import time
 from typing import Any
 
@@ -35,7 +36,7 @@ from api.contract.ratelimit import Rate, TokenBucketLimiter
 from api.contract.routing import RouteIndex
 from yana import POLICY_VERSION, __version__, context
 from yana.clients import get_async_redis
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings
 
 access_log = logging.getLogger("yana.access")
@@ -44,6 +45,10 @@ log = logging.getLogger("yana.api")
 INTERNAL_HEADER = "x-yana-internal"  # in-process calls of the MCP tool bridge (already limited)
 _VERSIONS = {"server_version": __version__, "policy_version": POLICY_VERSION}
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
+# No request of this API nests deeper; far deeper JSON would exhaust a recursive parser (Python's
+# json fails near 1000 levels) somewhere behind this layer, so it is refused before anyone parses it.
+MAX_JSON_DEPTH = 64
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -52,6 +57,44 @@ def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
             essence = v.split(b";", 1)[0].strip().lower()
             return essence == b"application/json" or essence.endswith(b"+json")
     return False
+
+
+def _depth_of_text(body: bytes, limit: int) -> int:
+    """Bracket depth of text that is not valid JSON (strings skipped), counted up to limit + 1."""
+    depth = deepest = 0
+    for m in _JSON_TOKENS.finditer(body):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def json_depth(body: bytes, limit: int) -> int:
+    """How deep a JSON body nests (counted up to limit + 1, then it stops looking)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _depth_of_text(body, limit)
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _json_request(headers: Headers) -> bool:
+    essence = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    return essence == "application/json" or (essence.startswith("application/") and essence.endswith("+json"))
 
 
 def add_versions(body: bytes) -> bytes:
@@ -140,7 +183,7 @@ async def read_body(receive: Receive) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise YanaError("BAD_REQUEST", "client disconnected before the body was complete", 400)
+            raise YanaError.of(ErrorCode.BAD_REQUEST, "client disconnected before the body was complete")
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -192,11 +235,14 @@ class ContractMiddleware:
 
     # -- entry ----------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and self.auth.enabled:
-            # No route takes websockets today; one added later is closed to callers without a token.
-            if not self.auth.valid(bearer_token(Headers(scope=scope).get("authorization"))):
-                await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
-                return
+        # No route takes websockets today; one added later is closed to callers without a token.
+        if (
+            scope["type"] == "websocket"
+            and self.auth.enabled
+            and not self.auth.valid(bearer_token(Headers(scope=scope).get("authorization")))
+        ):
+            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -214,8 +260,10 @@ class ContractMiddleware:
                 outcome["status"] = message["status"]
                 outcome["started"] = True
                 elapsed = f"{(time.perf_counter() - started) * 1000:.1f}".encode()
-                message = {**message, "headers": [*message.get("headers", []), *echo,
-                                                   (b"x-request-duration-ms", elapsed)]}
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), *echo, (b"x-request-duration-ms", elapsed)],
+                }
             await send(message)
 
         try:
@@ -256,19 +304,31 @@ class ContractMiddleware:
         try:
             length = int(length_header) if length_header is not None else None
         except ValueError:
-            raise YanaError("BAD_REQUEST", "invalid Content-Length", 400) from None
+            raise YanaError.of(ErrorCode.BAD_REQUEST, "invalid Content-Length") from None
         has_body = (length or 0) > 0 or "transfer-encoding" in headers
-        if has_body and rp.media_types and method in _BODY_METHODS:
-            if not media_type_accepted(headers.get("content-type"), rp.media_types):
-                raise YanaError("UNSUPPORTED_MEDIA_TYPE",
-                                f"Content-Type must be one of: {', '.join(rp.media_types)}", 415)
+        if (
+            has_body
+            and rp.media_types
+            and method in _BODY_METHODS
+            and not media_type_accepted(headers.get("content-type"), rp.media_types)
+        ):
+            raise YanaError.of(
+                ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"Content-Type must be one of: {', '.join(rp.media_types)}"
+            )
         if length is not None and length > rp.body_cap:
-            raise YanaError("PAYLOAD_TOO_LARGE", f"request body exceeds {rp.body_cap} bytes", 413)
+            raise YanaError.of(ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {rp.body_cap} bytes")
         receive = capped_receive(receive, rp.body_cap)
+        body: bytes | None = None
+        if has_body and method in _BODY_METHODS and _json_request(headers):
+            body = await read_body(receive)
+            if json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+                raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+            receive = replaying_receive(body, receive)
 
         raw_key = headers.get(IDEMPOTENCY_HEADER)
         if rp.idempotent and method == "POST" and raw_key is not None:
-            await self.idempotent_call(scope, receive, send, rp, identity or caller_identity(None, None), raw_key)
+            identity = identity or caller_identity(None, None)
+            await self.idempotent_call(scope, receive, send, rp, identity, raw_key, body)
             return
         await self.call_app(scope, receive, send, rp)
 
@@ -283,12 +343,13 @@ class ContractMiddleware:
             rate = Rate.parse(rp.policy.rate or self.settings.rate_limit, rp.policy.burst or self.settings.rate_burst)
         decision = await self.limiter().hit_or_allow(f"{rp.bucket}:{identity}", rate)
         if not decision.allowed:
-            err = YanaError("RATE_LIMITED", f"rate limit exceeded; retry in {decision.retry_after_s} s", 429, True)
+            err = YanaError.of(ErrorCode.RATE_LIMITED, f"rate limit exceeded; retry in {decision.retry_after_s} s")
             err.headers = {"Retry-After": str(decision.retry_after_s)}  # type: ignore[attr-defined]
             raise err
 
-    async def call_app(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy,
-                       *, capture: bool = False) -> ResponseBuffer:
+    async def call_app(
+        self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy, *, capture: bool = False
+    ) -> ResponseBuffer:
         """Run the app under the route's time limit. With capture the whole response is held
         back and returned unsent (the caller flushes it)."""
         buffer = ResponseBuffer(send, envelope=rp.api_route, capture=capture)
@@ -302,19 +363,29 @@ class ContractMiddleware:
             except TimeoutError:
                 if not deadline.expired() or buffer.forwarded:
                     raise
-                raise YanaError("REQUEST_TIMEOUT", f"request exceeded its {limit:g} s time limit", 408, True) from None
+                raise YanaError.of(ErrorCode.REQUEST_TIMEOUT, f"request exceeded its {limit:g} s time limit") from None
         buffer.finalize()
         if not capture:
             await buffer.flush()
         return buffer
 
-    async def idempotent_call(self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy,
-                              identity: str, raw_key: str) -> None:
+    async def idempotent_call(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        rp: ResolvedPolicy,
+        identity: str,
+        raw_key: str,
+        body: bytes | None = None,
+    ) -> None:
         key = parse_key(raw_key)
-        body = await read_body(receive)
+        if body is None:
+            body = await read_body(receive)
         headers = Headers(scope=scope)
-        fp = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""),
-                         headers.get("content-type"), body)
+        fp = fingerprint(
+            scope["method"], scope["path"], scope.get("query_string", b""), headers.get("content-type"), body
+        )
         store = IdempotencyStore(self.redis(), self.settings.idempotency_ttl_s)
         lease_s = int((rp.timeout(self.settings) or self.settings.request_timeout_s) + 30)
         claimed = await store.claim(identity, key, fp, lease_s)

@@ -1,13 +1,13 @@
 """Per-route contract settings: auth, rate bucket, body cap, media types, time limit, idempotency.
 
-A route declares what differs from the defaults in its decorator::
+A route declares what differs from the defaults once, in its decorator::
 
     @router.post("/v1/search", operation_id="search", ..., openapi_extra=contract(timeout_s=2))
 
-The values are merged, later wins: built-in defaults -> SEED_DEFAULTS[operation_id] (the seeds'
-numbers for routes other helpers own) -> the route's `contract(...)` -> ROUTE_POLICIES[operation_id]
-from settings (operators). The merged policy is what the middleware enforces and what the
-OpenAPI document shows under `x-yana-contract`.
+The values are merged, later wins: built-in defaults -> the route's `contract(...)` ->
+ROUTE_POLICIES[operation_id] from settings (operators; every field but `public`, which only the
+route declares). The merged policy is what the middleware enforces and what the OpenAPI
+document shows under `x-yana-contract`.
 """
 
 from __future__ import annotations
@@ -48,16 +48,22 @@ class RoutePolicy:
     timeout_grace_s: float = 0.0
     # Idempotency-Key handling; None: on for POST routes answering 202 (job-creating).
     idempotent: bool | None = None
-    # A replayed body carries "dedup": true (seed 000, /v1/ingest).
+    # A replayed body carries "dedup": true (/v1/ingest: the replay is a duplicate submission).
     replay_dedup: bool = False
-    # Status for schema violations that are not malformed JSON or missing fields (seed 002: 422).
+    # Status for schema violations that are not malformed JSON or missing fields (400 or 422).
     schema_error_status: int = 400
 
-    def replace(self, **changes: Any) -> "RoutePolicy":
+    def replace(self, **changes: Any) -> RoutePolicy:
         return dataclasses.replace(self, **changes)
 
 
 _FIELDS = {f.name for f in fields(RoutePolicy)}
+
+
+def declared_public(route: Any) -> bool:
+    """Whether a route declares itself open (contract(public=True)); ROUTE_POLICIES cannot."""
+    extra = getattr(route, "openapi_extra", None) or {}
+    return bool(extra.get(EXTENSION, {}).get("public", False))
 
 
 def contract(**values: Any) -> dict:
@@ -68,21 +74,6 @@ def contract(**values: Any) -> dict:
     if "rate" in values and values["rate"] is not None:
         parse_rate(values["rate"])  # fail at import, not at the first request
     return {EXTENSION: {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}}
-
-
-# The seeds fix these numbers for routes other modules own; keyed by operation_id (= MCP tool name).
-SEED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "search": {"timeout_s": 2.0},  # seed 000: /v1/search <= 2 s
-    # seed 000: /v1/chat 10-12 s; the chat graph degrades to a template inside CHAT_TIMEOUT_MS,
-    # the contract's 408 is the backstop one second later.
-    "chat": {"timeout_ms_setting": "chat_timeout_ms", "timeout_grace_s": 1.0},
-    "ingest": {"max_body_bytes": 50 * 1024 * 1024, "idempotent": True, "replay_dedup": True},
-    "reembed": {"idempotent": True},
-    "retrieve": {"schema_error_status": 422},  # seed 002
-    # Not a seed number: `Prefer: wait=N` long-polls up to PREFER_WAIT_MAX_S, so the route bounds
-    # its own time and the default REQUEST_TIMEOUT_S must not cut it short.
-    "get_job": {"timeout_s": 0},
-}
 
 
 def _coerce(values: dict) -> dict:
@@ -144,13 +135,10 @@ def resolve(route_ctx: Any | None, settings: Settings) -> ResolvedPolicy:
         return ResolvedPolicy(RoutePolicy(), body_cap=settings.max_body_bytes)
     original = getattr(route_ctx, "original_route", route_ctx)
     op_id = getattr(route_ctx, "operation_id", None) if isinstance(original, APIRoute) else None
-    merged: dict[str, Any] = {}
-    if op_id:
-        merged.update(SEED_DEFAULTS.get(op_id, {}))
     extra = getattr(route_ctx, "openapi_extra", None) or {}
-    merged.update(extra.get(EXTENSION, {}))
+    merged: dict[str, Any] = dict(extra.get(EXTENSION, {}))
     if op_id:
-        merged.update(settings.route_policies.get(op_id, {}))
+        merged.update({k: v for k, v in settings.route_policies.get(op_id, {}).items() if k != "public"})
     policy = RoutePolicy(**_coerce(merged))
 
     api_route = isinstance(original, APIRoute) and bool(getattr(route_ctx, "include_in_schema", False))

@@ -3,8 +3,8 @@
 Why not a `limits` strategy: the installed `limits` (5.x, also its newest release) offers fixed
 window, moving window and sliding-window counter, none of which is a token bucket. With 50 per
 10 s, a moving window admits the 50-burst and then nothing for 10 s, then 50 again; a sliding
-window counter also stalls for a whole window after a burst. Seed 000 asks for a token bucket
-(5 rps, burst 50): after a burst, one more request every 1/rate seconds.
+window counter also stalls for a whole window after a burst. The rule is a token bucket
+(e.g. 5 rps, burst 50): after a burst, one more request every 1/rate seconds.
 
 So this is GCRA (the Generic Cell Rate Algorithm), which is exactly a token bucket expressed as
 one timestamp per bucket (the "theoretical arrival time"): a request is admitted iff
@@ -56,7 +56,7 @@ class Rate:
     burst: int
 
     @classmethod
-    def parse(cls, notation: str, burst: int) -> "Rate":
+    def parse(cls, notation: str, burst: int) -> Rate:
         return _parse(notation, int(burst))
 
     @property

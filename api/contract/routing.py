@@ -54,7 +54,7 @@ class RouteIndex:
         for rc in self.routes():
             try:
                 m, _ = rc.matches(scope)
-            except Exception:  # a convertor that rejects the value is no match
+            except ValueError:  # a convertor rejects a path value with ValueError: no match
                 continue
             if m is Match.FULL:
                 return rc

@@ -1,4 +1,4 @@
-"""/v1/chat (seed 000): one turn of speaker A, answered inside the chat budget.
+"""/v1/chat: one turn of speaker A, answered inside the chat budget.
 
 Accepts JSON, or the same fields form-encoded (the seed keeps form compatibility: `filters` / `context`
 as JSON strings or as flat fields). The legacy `POST /chat` form endpoint (user_text, use_rag
@@ -6,7 +6,7 @@ as JSON strings or as flat fields). The legacy `POST /chat` form endpoint (user_
 
 The budget is min(CHAT_TIMEOUT_MS, the request's `timeout_ms`), counted from when the route starts
 reading the body; the chat graph answers with a fallback inside it. The contract's 408 limit for the
-route (CHAT_TIMEOUT_MS + 1 s, api.contract.policy.SEED_DEFAULTS["chat"]) is only the backstop.
+route (CHAT_TIMEOUT_MS + 1 s, declared with contract(...) on the routes) is only the backstop.
 """
 
 from __future__ import annotations
@@ -17,20 +17,23 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Form, Request, params
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from api.contract.policy import FORM_TYPES, JSON_TYPES, contract
 from api.schemas import ERRORS, Envelope
 from pipelines.chat import ChatInput, default_deps, default_turn_log, run_chat
+from pipelines.textcheck import is_blank
 from yana import context as correlation
-from yana.errors import YanaError
+from yana.errors import bad_request
 from yana.settings import get_settings
 
 _STARTED = "yana.chat.started"
 
 
 class ChatFilters(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # Published without extra properties (tool and client generators), yet an unknown key from
+    # an older talk-app client is ignored rather than refused.
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
     category: str | None = Field(None, max_length=64, description="sake | juice | ...")
     region: str | None = Field(None, max_length=64)
     brewery: str | None = Field(None, max_length=128)
@@ -40,12 +43,20 @@ class ChatContext(BaseModel):
     """What the talk app knows about the turn. Unknown extra keys are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore")
-    turn: int | None = Field(None, ge=0, le=1_000_000)
+    turn: StrictInt | None = Field(None, ge=0, le=1_000_000)
     topic: str | None = Field(None, max_length=200)
-    run_id: str | None = Field(None, max_length=128, description="the talk app's run id (logged with the turn)")
+    run_id: str | None = Field(
+        None,
+        max_length=128,
+        validation_alias=AliasChoices("run_id", "runId"),
+        description="the talk app's run id (logged with the turn); runId is accepted too",
+    )
     session_id: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9._:\-]{1,128}$",
-        description="turns with the same session_id continue one conversation (kept in Redis with a TTL)",
+        None,
+        validation_alias=AliasChoices("session_id", "sessionId"),
+        pattern=r"^[A-Za-z0-9._:\-]{1,128}$",
+        description="turns with the same session_id continue one conversation (kept in Redis with a TTL); "
+        "sessionId is accepted too",
     )
     disable_sayana: bool = Field(False, description="true: no 「せやなー」/「せやせや」 in the reply")
 
@@ -54,18 +65,20 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     user_text: str = Field(..., min_length=1, max_length=4000)
     use_rag: bool = True
-    top_k: int = Field(5, ge=1, le=10)
+    top_k: StrictInt = Field(5, ge=1, le=10)
     filters: ChatFilters | None = None
     context: ChatContext | None = None
-    timeout_ms: int | None = Field(
-        None, ge=100, le=120_000,
+    timeout_ms: StrictInt | None = Field(
+        None,
+        ge=100,
+        le=120_000,
         description="the caller's own ceiling in ms; the budget is the smaller of this and CHAT_TIMEOUT_MS",
     )
 
     @field_validator("user_text")
     @classmethod
     def _not_blank(cls, v: str) -> str:
-        if not v.strip():
+        if is_blank(v):
             raise ValueError("user_text must not be blank")
         return v
 
@@ -126,14 +139,15 @@ def _json_field(name: str, value: str) -> dict:
     try:
         parsed = orjson.loads(value) if value.strip() else {}
     except orjson.JSONDecodeError:
-        raise YanaError("BAD_REQUEST", f"{name}: form field must be a JSON object", 400) from None
+        raise bad_request(f"{name}: form field must be a JSON object") from None
     if not isinstance(parsed, dict):
-        raise YanaError("BAD_REQUEST", f"{name}: form field must be a JSON object", 400)
+        raise bad_request(f"{name}: form field must be a JSON object")
     return parsed
 
 
 def form_to_request(form: Any) -> dict:
     """The form fields as the JSON request: filters/context as JSON strings or as flat fields."""
+
     def get(key: str) -> str | None:
         value = form.get(key)
         return utf8_repair(value) if isinstance(value, str) else None  # files are ignored
@@ -203,8 +217,12 @@ def _form_schema() -> dict:
         "timeout_ms": {"type": "integer", "minimum": 100, "maximum": 120000},
         "filters": {"type": "string", "description": "JSON object {category, region, brewery}"},
         "context": {"type": "string", "description": "JSON object {turn, topic, run_id, session_id, disable_sayana}"},
-        "category": s, "region": s, "brewery": s,
-        "turn": {"type": "integer", "minimum": 0}, "topic": s, "run_id": s,
+        "category": s,
+        "region": s,
+        "brewery": s,
+        "turn": {"type": "integer", "minimum": 0},
+        "topic": s,
+        "run_id": s,
         "session_id": {"type": "string", "pattern": r"^[A-Za-z0-9._:\-]{1,128}$"},
         "disable_sayana": {"type": "boolean"},
     }
@@ -251,7 +269,7 @@ async def _answer(request: Request, body: ChatRequest) -> dict:
     responses=ERRORS(408, 413, 415),
     summary="One chat turn of speaker A (persona policy, RAG, LLM inside a deadline)",
     openapi_extra={
-        **contract(media_types=_JSON_OR_FORM),
+        **contract(media_types=_JSON_OR_FORM, timeout_ms_setting="chat_timeout_ms", timeout_grace_s=1.0),
         "requestBody": {"content": {ct: _form_schema() for ct in FORM_TYPES}},
     },
 )
@@ -276,9 +294,12 @@ async def chat_legacy(
     region: Annotated[str | None, Form(max_length=64)] = None,
 ) -> dict:
     try:
-        body = ChatRequest(user_text=utf8_repair(user_text), use_rag=use_rag, top_k=top_k,
-                           filters=ChatFilters(category=utf8_repair(category) or None,
-                                               region=utf8_repair(region) or None))
+        body = ChatRequest(
+            user_text=utf8_repair(user_text),
+            use_rag=use_rag,
+            top_k=top_k,
+            filters=ChatFilters(category=utf8_repair(category) or None, region=utf8_repair(region) or None),
+        )
     except ValidationError as exc:
-        raise YanaError("BAD_REQUEST", exc.errors()[0].get("msg", "invalid request"), 400) from None
+        raise bad_request(exc.errors()[0].get("msg", "invalid request")) from None
     return await _answer(request, body)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt
 
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS
@@ -14,7 +14,7 @@ router = APIRouter(prefix="/v1/demo", tags=["demo"])
 
 
 class SleepRequest(BaseModel):
-    steps: int = Field(3, ge=0, le=10_000)
+    steps: StrictInt = Field(3, ge=0, le=10_000)
     step_s: float = Field(0.1, ge=0, le=60)
     fail: bool = False
     callback_url: str | None = Field(None, max_length=2048, description="POSTed the job record when it ends")

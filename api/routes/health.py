@@ -24,10 +24,13 @@ from api.contract import contract
 from api.contract.errors import last_error
 from api.contract.middleware import app_redis
 from api.schemas import ERRORS, Envelope
+from pipelines.chat.health import circuit_problem
+from pipelines.chat.persona import policy_self_check
+from pipelines.vector_index import ACTIVE_ALIAS_KEY
 from yana import NAME, POLICY_VERSION, __version__
 from yana.clients import get_chroma
-from yana.errors import YanaError
-from yana.settings import Settings
+from yana.errors import ErrorCode, YanaError
+from yana.settings import Settings, get_settings
 
 router = APIRouter(tags=["health"])
 
@@ -44,7 +47,7 @@ class Check:
 async def _guarded(name: str, probe, timeout_s: float) -> Check:
     try:
         return await asyncio.wait_for(probe(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return Check(False, f"{name}: no answer within {timeout_s:g} s")
     except Exception as exc:  # noqa: BLE001 - a failing probe is a result, never a 500
         return Check(False, f"{name}: {type(exc).__name__}")
@@ -77,20 +80,24 @@ class _LlmProbe:
     async def __call__(self, settings: Settings) -> Check:
         if not settings.openai_base_url:
             return Check(None)
-        from pipelines.chat.health import circuit_problem  # chat's breaker: no LLM calls while open
-
+        # chat's breaker: no LLM calls while open
         problem = await asyncio.to_thread(circuit_problem, settings)
         if problem:
             return Check(False, f"llm: {problem}")
         target = (settings.openai_base_url, settings.openai_api_key)
-        if (self.result is not None and self.target == target
-                and time.monotonic() - self.at < settings.health_llm_cache_s):
+        if (
+            self.result is not None
+            and self.target == target
+            and time.monotonic() - self.at < settings.health_llm_cache_s
+        ):
             return self.result
         headers = {"Authorization": f"Bearer {settings.openai_api_key}"} if settings.openai_api_key else {}
         try:
             async with httpx.AsyncClient(timeout=settings.health_timeout_s) as client:
                 resp = await client.get(settings.openai_base_url.rstrip("/") + "/models", headers=headers)
-            result = Check(resp.status_code == 200, None if resp.status_code == 200 else f"llm: HTTP {resp.status_code}")
+            result = Check(
+                resp.status_code == 200, None if resp.status_code == 200 else f"llm: HTTP {resp.status_code}"
+            )
         except httpx.HTTPError as exc:
             result = Check(False, f"llm: {type(exc).__name__}")
         self.result, self.at, self.target = result, time.monotonic(), target
@@ -103,8 +110,6 @@ _llm = _LlmProbe()
 async def _rag(request: Request, settings: Settings, chroma: Check) -> Check:
     if not chroma.ok:
         return Check(False, "rag: chroma unreachable")
-    from pipelines.vector_index import ACTIVE_ALIAS_KEY
-
     alias = await app_redis(request.app).get(ACTIVE_ALIAS_KEY)
     if not alias:
         return Check(True)  # nothing ingested yet: search answers empty, which is correct
@@ -116,10 +121,6 @@ async def _rag(request: Request, settings: Settings, chroma: Check) -> Check:
 
 
 async def _policy() -> Check:
-    try:
-        from pipelines.chat.persona import policy_self_check
-    except ImportError:
-        return Check(False, "policy: persona module missing")
     ok, detail = await asyncio.to_thread(policy_self_check)
     return Check(ok, None if ok else f"policy: {detail}")
 
@@ -147,8 +148,6 @@ class Report:
 def _settings(request: Request) -> Settings:
     s = getattr(request.app.state, "settings", None)
     if s is None:
-        from yana.settings import get_settings
-
         s = get_settings()
     return s
 
@@ -162,13 +161,16 @@ async def run_checks(request: Request) -> Report:
         _guarded("llm", lambda: _llm(settings), t + 0.5),
         _guarded("policy", _policy, t),
     )
-    rag_c = await _guarded("rag", lambda: _rag(request, settings, chroma_c), t) if redis_c.ok else \
-        Check(False, "rag: redis unreachable")
+    rag_c = (
+        await _guarded("rag", lambda: _rag(request, settings, chroma_c), t)
+        if redis_c.ok
+        else Check(False, "rag: redis unreachable")
+    )
     return Report(redis_c, chroma_c, llm_c, rag_c, policy_c)
 
 
 def _unavailable(report: Report) -> YanaError:
-    return YanaError("UPSTREAM_UNAVAILABLE", "cannot serve: " + "; ".join(report.errors()), 503, retryable=True)
+    return YanaError.of(ErrorCode.UPSTREAM_UNAVAILABLE, "cannot serve: " + "; ".join(report.errors()))
 
 
 def _uptime(request: Request) -> float:
@@ -178,7 +180,7 @@ def _uptime(request: Request) -> float:
 
 class VersionInfo(Envelope):
     name: str = Field(description="service name")
-    version: str = Field(description="server version (semver), as seed 002 names it")
+    version: str = Field(description="server version (semver), the same as server_version")
     model: str = Field(description="LLM model used by chat (OPENAI_MODEL), or 'none' without an LLM endpoint")
     build: str = Field(description="build id (BUILD)")
 
@@ -208,16 +210,34 @@ class Healthcheck(Envelope):
     chroma: bool
 
 
-@router.get("/v1/version", operation_id="version", response_model=VersionInfo, responses=ERRORS(),
-            openapi_extra=_PUBLIC, summary="Server, policy and model versions")
+@router.get(
+    "/v1/version",
+    operation_id="version",
+    response_model=VersionInfo,
+    responses=ERRORS(),
+    openapi_extra=_PUBLIC,
+    summary="Server, policy and model versions",
+)
 async def version(request: Request) -> dict:
     s = _settings(request)
-    return {"server_version": __version__, "policy_version": POLICY_VERSION, "name": NAME, "version": __version__,
-            "model": s.openai_model if s.openai_base_url else "none", "build": s.build}
+    return {
+        "server_version": __version__,
+        "policy_version": POLICY_VERSION,
+        "name": NAME,
+        "version": __version__,
+        "model": s.openai_model if s.openai_base_url else "none",
+        "build": s.build,
+    }
 
 
-@router.get("/v1/healthz", operation_id="healthz", response_model=Healthz, responses=ERRORS(503),
-            openapi_extra=_PUBLIC, summary="Dependency checks (seed 000): 200 while serving, 503 when not")
+@router.get(
+    "/v1/healthz",
+    operation_id="healthz",
+    response_model=Healthz,
+    responses=ERRORS(503),
+    openapi_extra=_PUBLIC,
+    summary="Dependency checks: 200 while the service can serve (listing what is degraded), 503 when not",
+)
 async def healthz(request: Request) -> dict:
     report = await run_checks(request)
     if not report.can_serve:
@@ -236,22 +256,39 @@ async def healthz(request: Request) -> dict:
     }
 
 
-@router.get("/v1/health", operation_id="health", response_model=Health, responses=ERRORS(503),
-            openapi_extra=_PUBLIC, summary="Liveness in seed 002's shape")
+@router.get(
+    "/v1/health",
+    operation_id="health",
+    response_model=Health,
+    responses=ERRORS(503),
+    openapi_extra=_PUBLIC,
+    summary="Liveness: status, name and version",
+)
 async def health(request: Request) -> dict:
     report = await run_checks(request)
     if not report.can_serve:
         raise _unavailable(report)
-    return {"status": "degraded" if report.degraded else "ok", "name": NAME, "version": __version__,
-            "degraded": report.degraded}
+    return {
+        "status": "degraded" if report.degraded else "ok",
+        "name": NAME,
+        "version": __version__,
+        "degraded": report.degraded,
+    }
 
 
-@router.get("/healthcheck", operation_id="healthcheck", response_model=Healthcheck, responses=ERRORS(503),
-            openapi_extra=_PUBLIC, summary="Redis and Chroma reachable (seed 001)")
+@router.get(
+    "/healthcheck",
+    operation_id="healthcheck",
+    response_model=Healthcheck,
+    responses=ERRORS(503),
+    openapi_extra=_PUBLIC,
+    summary="Whether Redis and Chroma are reachable",
+)
 async def healthcheck(request: Request) -> dict:
     t = _settings(request).health_timeout_s
-    redis_c, chroma_c = await asyncio.gather(_guarded("redis", lambda: _redis(request), t),
-                                             _guarded("chroma", lambda: _chroma(_settings(request)), t))
+    redis_c, chroma_c = await asyncio.gather(
+        _guarded("redis", lambda: _redis(request), t), _guarded("chroma", lambda: _chroma(_settings(request)), t)
+    )
     if not redis_c.ok:
-        raise YanaError("UPSTREAM_UNAVAILABLE", f"cannot serve: {redis_c.error}", 503, retryable=True)
+        raise YanaError.of(ErrorCode.UPSTREAM_UNAVAILABLE, f"cannot serve: {redis_c.error}")
     return {"status": "ok" if chroma_c.ok else "degraded", "redis": True, "chroma": bool(chroma_c.ok)}

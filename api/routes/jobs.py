@@ -6,20 +6,27 @@ import asyncio
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
+from api.contract import contract
 from api.schemas import ERRORS, Envelope
 from pipelines import jobs as jobstore
 from tasks import registry
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError
+from yana.ids import valid_job_id
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 _WAIT_RE = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+)", re.I)
+CURSOR_MAX = 2**53 - 1  # cursors are created-at ms * 1000 + n: far below; exact in every JSON client
+
+JobId = Annotated[str, Path(max_length=64, description="The job's id, as returned by the POST that created it")]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
 class Progress(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a job kind's own detail, e.g. a think round's queries
     stage: str
     done: int
     total: int
@@ -34,7 +41,7 @@ class ErrorBody(BaseModel):
 class Job(Envelope):
     id: str
     kind: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    status: JobStatus
     progress: Progress | None = None
     result: Any = None
     error: ErrorBody | None = None
@@ -61,9 +68,9 @@ def _view(job: dict) -> dict:
 
 
 def get_or_404(job_id: str) -> dict:
-    job = registry.job_store().get(job_id)
+    job = registry.job_store().get(job_id) if valid_job_id(job_id) else None
     if job is None:
-        raise YanaError("NOT_FOUND", f"job {job_id} not found", 404)
+        raise YanaError.of(ErrorCode.NOT_FOUND, f"job {job_id} not found")
     return job
 
 
@@ -80,31 +87,64 @@ def prefer_wait_seconds(prefer: str | None, cap: float) -> float:
     response_model=Job,
     responses=ERRORS(404),
     summary="A job's state; with `Prefer: wait=N` block up to N s for a final state",
+    # `Prefer: wait=N` long-polls up to PREFER_WAIT_MAX_S: the route bounds its own time.
+    openapi_extra=contract(timeout_s=0),
 )
 async def get_job(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     response: Response,
-    prefer: Annotated[str | None, Header()] = None,
+    prefer: Annotated[
+        str | None,
+        Header(max_length=256, description="RFC 7240 `wait=N`: block up to N seconds (capped) for a final state"),
+    ] = None,
 ) -> dict:
-    job = await asyncio.to_thread(get_or_404, job_id)
     wait = prefer_wait_seconds(prefer, request.app.state.settings.prefer_wait_max_s)
     if wait > 0:
         response.headers["Preference-Applied"] = f"wait={int(wait)}"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while job["status"] not in jobstore.TERMINAL and loop.time() < deadline:
-            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
-            job = await asyncio.to_thread(get_or_404, job_id)
-    return _view(job)
+    return _view(await _wait_final(job_id, wait))
 
 
-@router.get("", operation_id="list_jobs", response_model=JobList, responses=ERRORS(), summary="Recent jobs, newest first")
+async def _wait_final(job_id: str, seconds: float) -> dict:
+    """The job once final, or as it is after `seconds`."""
+    job = await asyncio.to_thread(get_or_404, job_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while job["status"] not in jobstore.TERMINAL and loop.time() < deadline:
+        await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+        job = await asyncio.to_thread(get_or_404, job_id)
+    return job
+
+
+@router.get(
+    "/{job_id}/wait",
+    operation_id="wait_job",
+    response_model=Job,
+    responses=ERRORS(404),
+    summary="Wait up to timeout_s seconds for a job to end, then answer its state (for MCP agents)",
+    # The route bounds its own time (timeout_s, at most PREFER_WAIT_MAX_S).
+    openapi_extra=contract(timeout_s=0),
+)
+async def wait_job(
+    job_id: JobId,
+    request: Request,
+    timeout_s: Annotated[
+        float, Query(ge=0, le=600, description="seconds to wait at most (capped by PREFER_WAIT_MAX_S)")
+    ] = 30,
+) -> dict:
+    return _view(await _wait_final(job_id, min(timeout_s, request.app.state.settings.prefer_wait_max_s)))
+
+
+@router.get(
+    "", operation_id="list_jobs", response_model=JobList, responses=ERRORS(), summary="Recent jobs, newest first"
+)
 async def list_jobs(
-    kind: str | None = None,
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"] | None = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[int, Query(ge=0)] = 0,
+    kind: Annotated[str | None, Query(max_length=64, description="only jobs of this kind (e.g. ingest)")] = None,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="jobs per page")] = 50,
+    cursor: Annotated[
+        int, Query(ge=0, le=CURSOR_MAX, description="next_cursor of the previous page; 0 starts at the newest")
+    ] = 0,
 ) -> dict:
     jobs, nxt = await asyncio.to_thread(registry.job_store().list, kind=kind, status=status, limit=limit, cursor=cursor)
     return {"jobs": [_view(j) for j in jobs], "next_cursor": nxt}
@@ -117,9 +157,9 @@ async def list_jobs(
     responses=ERRORS(404, 409),
     summary="Cancel a queued or running job",
 )
-async def cancel_job(job_id: str) -> dict:
+async def cancel_job(job_id: JobId) -> dict:
     job = await asyncio.to_thread(get_or_404, job_id)
     if job["status"] in jobstore.TERMINAL:
-        raise YanaError("CONFLICT", f"job {job_id} is already {job['status']}", 409)
+        raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is already {job['status']}")
     await asyncio.to_thread(registry.cancel, job_id)
     return _view(await asyncio.to_thread(get_or_404, job_id))

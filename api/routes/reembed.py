@@ -10,14 +10,20 @@ from pydantic import BaseModel, Field
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines import embedding, vector_index
+from pipelines.ingest import BUILDING_KEY
 from yana.clients import get_chroma, get_redis
-from yana.errors import YanaError
+from yana.errors import ErrorCode, YanaError, conflict
 
 router = APIRouter(prefix="/v1", tags=["collections"])
 
 
 class ReembedRequest(BaseModel):
-    model: str = Field(..., min_length=1, max_length=500, description="embedding model (EMBED_MODEL names)")
+    model: str = Field(
+        ...,
+        min_length=1,
+        max_length=500,
+        description="embedding model: a built-in default, EMBED_MODEL, a name in EMBED_MODELS_ALLOWED, or a folder under MODELS_DIR",
+    )
     callback_url: str | None = Field(None, max_length=2048, description="POSTed the job record when it ends")
 
 
@@ -48,19 +54,20 @@ class Dropped(Envelope):
     summary="Re-embed every stored text with another model into a new collection, then swap the alias",
 )
 async def reembed(body: ReembedRequest) -> dict:
-    model = embedding.canonical_model_name(body.model)
+    model = embedding.allowed_model(body.model)  # 422 MODEL_NOT_ALLOWED: no arbitrary server paths
     if not await asyncio.to_thread(embedding.model_available, model):
         # The caller named a model this deployment cannot load: their request, not our outage.
-        raise YanaError("MODEL_UNAVAILABLE", f"embedding model {model!r} is not on this machine", 422)
+        raise YanaError.of(ErrorCode.MODEL_UNAVAILABLE, f"embedding model {model!r} is not on this machine", status=422)
     return await asyncio.to_thread(accept_job, "reembed", {"model": model}, body.callback_url)
 
 
 def _list() -> dict:
-    from pipelines.ingest import BUILDING_KEY
-
     r = get_redis()
-    return {"collections": vector_index.list_collections(get_chroma(), r), "active": vector_index.active_name(r),
-            "building": r.get(BUILDING_KEY)}
+    return {
+        "collections": vector_index.list_collections(get_chroma(), r),
+        "active": vector_index.active_name(r),
+        "building": r.get(BUILDING_KEY),
+    }
 
 
 @router.get(
@@ -82,12 +89,10 @@ async def list_collections() -> dict:
     summary="Delete a collection that is not active (e.g. the one a re-embed replaced)",
 )
 async def drop_collection(name: str) -> dict:
-    from pipelines.ingest import BUILDING_KEY
-
     def _drop():
         r = get_redis()
         if name == r.get(BUILDING_KEY):
-            raise YanaError("CONFLICT", f"{name!r} is being built by a re-embed", 409)
+            raise conflict(f"{name!r} is being built by a re-embed")
         vector_index.drop_collection(get_chroma(), r, name)
 
     await asyncio.to_thread(_drop)

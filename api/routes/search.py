@@ -1,4 +1,4 @@
-"""/v1/search (seed 000): hybrid label search, POST with a JSON body or GET with query parameters.
+"""/v1/search: hybrid label search, POST with a JSON body or GET with query parameters.
 
 Both call pipelines.search.search (the one search the chat path, the think loop and MCP share) in a
 worker thread, inside the contract's 2 s limit for the route. Each API process loads the active
@@ -14,11 +14,11 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from api.contract.policy import contract
 from api.schemas import ERRORS, Envelope
-from pipelines.search import K_MAX, PAGE_SIZE_MAX, QUERY_MAX_CHARS, search
+from pipelines.search import K_MAX, PAGE_SIZE_MAX, QUERY_MAX_CHARS, search, warm
 from yana import context as correlation
 from yana.settings import get_settings
 
@@ -28,10 +28,9 @@ log = logging.getLogger("yana.api.search")
 @asynccontextmanager
 async def _warm(app):
     if get_settings().search_warm_on_start:
+
         def load():
             try:
-                from pipelines.search import warm
-
                 n = warm()
                 log.info("search index warmed", extra={"chunks": n})
             except Exception:  # stores not up yet: the first query loads instead
@@ -55,10 +54,10 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query_text: str | None = Field(None, max_length=QUERY_MAX_CHARS, description="empty: browse the filter")
     filters: SearchFilters | None = None
-    k: int = Field(5, ge=1, le=K_MAX, description="hits per page when page_size is not given")
+    k: StrictInt = Field(5, ge=1, le=K_MAX, description="hits per page when page_size is not given")
     sort_by: Literal["relevance", "recency"] = "relevance"
-    page: int = Field(1, ge=1, le=1000)
-    page_size: int | None = Field(None, ge=1, le=PAGE_SIZE_MAX, description="hits per page (default: k)")
+    page: StrictInt = Field(1, ge=1, le=1000)
+    page_size: StrictInt | None = Field(None, ge=1, le=PAGE_SIZE_MAX, description="hits per page (default: k)")
 
 
 class SearchHit(BaseModel):
@@ -85,7 +84,13 @@ class SearchResponse(Envelope):
 async def _run(req: SearchRequest) -> dict:
     filters = req.filters.model_dump(exclude_none=True) if req.filters else None
     out = await asyncio.to_thread(
-        search, req.query_text, filters, k=req.k, sort_by=req.sort_by, page=req.page, page_size=req.page_size,
+        search,
+        req.query_text,
+        filters,
+        k=req.k,
+        sort_by=req.sort_by,
+        page=req.page,
+        page_size=req.page_size,
     )
     return {**out, **correlation.body_ids()}
 
@@ -111,14 +116,18 @@ async def search_post(req: SearchRequest) -> dict:
     openapi_extra=contract(timeout_s=2),
 )
 async def search_get(
-    query_text: Annotated[str | None, Query(max_length=QUERY_MAX_CHARS)] = None,
-    category: Annotated[list[str] | None, Query()] = None,
-    region: Annotated[list[str] | None, Query()] = None,
-    brewery: Annotated[list[str] | None, Query()] = None,
-    k: Annotated[int, Query(ge=1, le=K_MAX)] = 5,
-    sort_by: Literal["relevance", "recency"] = "relevance",
-    page: Annotated[int, Query(ge=1, le=1000)] = 1,
-    page_size: Annotated[int | None, Query(ge=1, le=PAGE_SIZE_MAX)] = None,
+    query_text: Annotated[
+        str | None, Query(max_length=QUERY_MAX_CHARS, description="what to look for; empty: browse the filter")
+    ] = None,
+    category: Annotated[list[str] | None, Query(description="sake | juice; repeated means any of them")] = None,
+    region: Annotated[list[str] | None, Query(description="e.g. 小樽; repeated means any of them")] = None,
+    brewery: Annotated[list[str] | None, Query(description="brewery name; repeated means any of them")] = None,
+    k: Annotated[int, Query(ge=1, le=K_MAX, description="hits per page when page_size is not given")] = 5,
+    sort_by: Annotated[
+        Literal["relevance", "recency"], Query(description="relevance (hybrid score) or recency (newest first)")
+    ] = "relevance",
+    page: Annotated[int, Query(ge=1, le=1000, description="1-based page number")] = 1,
+    page_size: Annotated[int | None, Query(ge=1, le=PAGE_SIZE_MAX, description="hits per page (default: k)")] = None,
 ) -> dict:
     filters = SearchFilters(category=category, region=region, brewery=brewery)
     req = SearchRequest(query_text=query_text, filters=filters, k=k, sort_by=sort_by, page=page, page_size=page_size)

@@ -1,7 +1,7 @@
-"""Chat fast path: a LangGraph graph over the dialogue state (seed 003), inside a deadline (seed 000).
+"""Chat fast path: a LangGraph graph over the dialogue state, inside the chat deadline.
 
-    from pipelines.chat import ChatInput, run_chat, default_deps
-    out = await run_chat(ChatInput("小樽のお酒ある？"), default_deps())
+from pipelines.chat import ChatInput, run_chat, default_deps
+out = await run_chat(ChatInput("小樽のお酒ある？"), default_deps())
 """
 
 from pipelines.chat.graph import ChatInput, ChatOutput, run_chat

@@ -39,29 +39,29 @@ return {'half_open', failures}
 """
 
 # ARGV: threshold, open_ms, error code. Returns the state after the failure.
-_FAILURE = """
+_FAILURE = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
 local open_until = tonumber(redis.call('HGET', KEYS[1], 'open_until') or '0')
 redis.call('HSET', KEYS[1], 'last_error', ARGV[3], 'last_failure_ms', now)
-redis.call('EXPIRE', KEYS[1], %d)
+redis.call('EXPIRE', KEYS[1], {_KEY_TTL_S})
 if open_until > 0 or failures >= tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'open_until', now + tonumber(ARGV[2]))
   redis.call('DEL', KEYS[2])
   return 'open'
 end
 return 'closed'
-""" % _KEY_TTL_S
+"""
 
-_SUCCESS = """
+_SUCCESS = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'failures', 0, 'open_until', 0, 'last_ok_ms', now)
-redis.call('EXPIRE', KEYS[1], %d)
+redis.call('EXPIRE', KEYS[1], {_KEY_TTL_S})
 redis.call('DEL', KEYS[2])
 return 'closed'
-""" % _KEY_TTL_S
+"""
 
 
 class Permit(NamedTuple):
@@ -86,6 +86,10 @@ class _LocalState:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to closed with no history (the lock stays: callers may hold it)."""
         self.failures = 0
         self.open_until = 0.0
         self.probe_until = 0.0
@@ -120,7 +124,7 @@ class CircuitBreaker:
     @staticmethod
     def name_for(base_url: str | None, model: str) -> str:
         """One breaker per endpoint and model: a broken endpoint does not close off another."""
-        return hashlib.sha1(f"{base_url or 'openai'}|{model}".encode()).hexdigest()[:16]
+        return hashlib.sha1(f"{base_url or 'openai'}|{model}".encode(), usedforsecurity=False).hexdigest()[:16]
 
     # --- decisions ------------------------------------------------------------------------------
 
@@ -167,7 +171,7 @@ class CircuitBreaker:
             except redis.RedisError:
                 pass
         with self.local.lock:
-            self.local.__init__()
+            self.local.reset()
 
     # --- status ---------------------------------------------------------------------------------
 
@@ -194,8 +198,13 @@ class CircuitBreaker:
             now = time.time()
             state = "closed" if loc.open_until == 0 else ("open" if now < loc.open_until else "half_open")
             return BreakerState(
-                state, loc.failures, max(0.0, loc.open_until - now) if state == "open" else 0.0,
-                loc.last_error, loc.last_ok_ms, loc.last_failure_ms, shared=False,
+                state,
+                loc.failures,
+                max(0.0, loc.open_until - now) if state == "open" else 0.0,
+                loc.last_error,
+                loc.last_ok_ms,
+                loc.last_failure_ms,
+                shared=False,
             )
 
     # --- in-process fallback --------------------------------------------------------------------

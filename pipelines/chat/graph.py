@@ -115,17 +115,26 @@ def _last_resort(values: dict, deps: ChatDeps, reason: str) -> tuple[str, list[d
         intent = (values.get("intent") or {}).get("intent_type", "")
         hits = hits_for_reply(intent, hits)
         draft = grounded_reply(
-            values.get("user_text") or "", hits, rag_status=values.get("rag_status") or "off",
-            intent=intent, variant=int(values.get("turn_no") or 0),
+            values.get("user_text") or "",
+            hits,
+            rag_status=values.get("rag_status") or "off",
+            intent=intent,
+            variant=int(values.get("turn_no") or 0),
         )
-    result = apply_persona(draft, user_text=values.get("user_text") or "",
-                           disable_sayana=bool(values.get("disable_sayana")), hits=hits,
-                           provenance=s.chat_provenance, max_chars=s.chat_max_reply_chars)
+    result = apply_persona(
+        draft,
+        user_text=values.get("user_text") or "",
+        disable_sayana=bool(values.get("disable_sayana")),
+        hits=hits,
+        provenance=s.chat_provenance,
+        max_chars=s.chat_max_reply_chars,
+    )
     return result.text, hits, llm_used, [reason, *result.warnings]
 
 
-async def run_chat(inp: ChatInput, deps: ChatDeps, *, started: float | None = None,
-                   turn_log: TurnLog | None = None) -> ChatOutput:
+async def run_chat(
+    inp: ChatInput, deps: ChatDeps, *, started: float | None = None, turn_log: TurnLog | None = None
+) -> ChatOutput:
     """One turn. `started` is time.monotonic() when the request arrived (the budget counts from it)."""
     started = time.monotonic() if started is None else started
     budget_ms = budget_ms_for(deps.settings, inp.timeout_ms)
@@ -159,8 +168,9 @@ async def run_chat(inp: ChatInput, deps: ChatDeps, *, started: float | None = No
                     for delta in chunk.values():
                         if isinstance(delta, dict) and delta.get("trace"):
                             t = delta["trace"]
-                            node_traces.append({"node": t.get("node"), "latency_ms": t.get("latency_ms"),
-                                                "outcome": t.get("outcome")})
+                            node_traces.append(
+                                {"node": t.get("node"), "latency_ms": t.get("latency_ms"), "outcome": t.get("outcome")}
+                            )
         reply = (values.get("response") or {}).get("message") or ""
         hits = list(values.get("hits") or [])
         llm_used = bool(values.get("llm_used"))
@@ -181,8 +191,16 @@ async def run_chat(inp: ChatInput, deps: ChatDeps, *, started: float | None = No
             warnings.append(w)
     elapsed_ms = int((time.monotonic() - started) * 1000)
     out = ChatOutput(
-        reply=reply, hits=hits, llm="on" if llm_used else "off", warnings=warnings, elapsed_ms=elapsed_ms,
-        budget_ms=budget_ms, turn_id=turn_id, session_id=session_id, nodes=node_traces, state=values,
+        reply=reply,
+        hits=hits,
+        llm="on" if llm_used else "off",
+        warnings=warnings,
+        elapsed_ms=elapsed_ms,
+        budget_ms=budget_ms,
+        turn_id=turn_id,
+        session_id=session_id,
+        nodes=node_traces,
+        state=values,
     )
     if turn_log is not None:
         turn_log.write(turn_record(out))
@@ -190,7 +208,7 @@ async def run_chat(inp: ChatInput, deps: ChatDeps, *, started: float | None = No
 
 
 def turn_record(out: ChatOutput) -> dict:
-    """Seed 003 §7 subset + the turn's outcome, for the JSON-lines log (masked by TurnLog)."""
+    """The logged state excerpt + the turn's outcome, for the JSON-lines log (masked by TurnLog)."""
     v = out.state
     return {
         "event": "chat_turn",

@@ -1,4 +1,4 @@
-"""The chat graph's nodes. Each reads the state and returns only its Δ (seed 003 §2).
+"""The chat graph's nodes. Each reads the state and returns only its Δ (what it changes).
 
     session → policy → [retrieve] → generate → [fallback] → persona → respond
 
@@ -15,20 +15,22 @@ import contextvars
 import logging
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from langgraph.runtime import Runtime
 
 from pipelines.chat import pii
-from pipelines.chat.breaker import CircuitBreaker
-from pipelines.chat.llm import ChatLLM, build_messages
+from pipelines.chat.breaker import CircuitBreaker, Permit
+from pipelines.chat.llm import ChatLLM, LLMOutcome, build_messages
 from pipelines.chat.persona import apply_persona, split_sentences
 from pipelines.chat.sessions import SessionStore
 from pipelines.chat.state import ChatState
 from pipelines.chat.templates import classify_intent, grounded_reply, hits_for_reply
+from pipelines.search import QUERY_MAX_CHARS
 from yana.settings import Settings
 
 log = logging.getLogger("yana.chat")
@@ -67,7 +69,7 @@ class ChatDeps:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _left(state: ChatState) -> float:
@@ -130,9 +132,10 @@ async def session_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     if not sid or deps.sessions is None:
         return {"turn_no": int(asked_turn or 1), "trace": _trace("session", "skip", started, "no_session")}
     try:
-        snap = await _blocking(deps.sessions.load, sid, deps.settings.chat_history_turns,
-                               timeout=min(1.0, _left(state) / 4))
-    except Exception as exc:  # Redis down or slow: answer without the history
+        snap = await _blocking(
+            deps.sessions.load, sid, deps.settings.chat_history_turns, timeout=min(1.0, _left(state) / 4)
+        )
+    except Exception as exc:  # noqa: BLE001 - Redis down, slow or holding bad data: answer without the history
         return {
             "turn_no": int(asked_turn or 1),
             "warnings": ["session_unavailable"],
@@ -194,16 +197,26 @@ async def policy_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     }
 
 
+def retrieval_query(user_text: str, max_chars: int = QUERY_MAX_CHARS) -> str:
+    """What the search is asked: the turn's last max_chars characters (never more than search
+    accepts). A long turn is valid; a rejected or slow query would silently turn retrieval off.
+    The end is kept, where a spoken question usually is."""
+    limit = max(1, min(max_chars, QUERY_MAX_CHARS))
+    return user_text[-limit:].strip() if len(user_text) > limit else user_text
+
+
 async def retrieve_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     """Label search with at most CHAT_RETRIEVAL_TIMEOUT_MS; down or slow → no context, rag_unavailable."""
     started = time.perf_counter()
     deps = runtime.context
     k = int(state.get("top_k") or 5)
     filters = {k_: v for k_, v in (state.get("filters") or {}).items() if v not in (None, "", [])}
-    query = state.get("user_text") or ""
+    query = retrieval_query(state.get("user_text") or "", deps.settings.chat_retrieval_query_chars)
     tool = {"tool_name": "label_search", "tool_input": {"query": query[:200], "filters": filters, "k": k}}
     # Keep enough of the budget for the reply itself after the search.
-    timeout = min(deps.settings.chat_retrieval_timeout_ms / 1000, _left(state) - deps.settings.chat_llm_margin_ms / 1000)
+    timeout = min(
+        deps.settings.chat_retrieval_timeout_ms / 1000, _left(state) - deps.settings.chat_llm_margin_ms / 1000
+    )
 
     def unavailable(status: str, why: str) -> dict:
         return {
@@ -226,9 +239,9 @@ async def retrieve_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
         raw = await asyncio.wait_for(
             loop.run_in_executor(deps.retrieval_pool, ctx.run, deps.retrieve, query, filters, k), timeout=timeout
         )
-    except (TimeoutError, asyncio.TimeoutError):
+    except TimeoutError:
         return unavailable("timeout", f"retrieval exceeded {timeout:.2f}s")
-    except Exception as exc:  # the store is down or the search failed: answer without it
+    except Exception as exc:  # noqa: BLE001 - any failure of the store or the search: answer without it
         log.warning("chat retrieval failed", extra={"error": exc.__class__.__name__})
         return unavailable("error", exc.__class__.__name__)
     hits = _dedupe([public_hit(h) for h in (raw or [])])[:k]
@@ -243,8 +256,14 @@ async def retrieve_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
             "tool_ref": "labels:" + ",".join(ids[:5]),
         },
         "plan": {**(state.get("plan") or {}), "next_action": "generate"},
-        "trace": _trace("retrieve", "label_search", started, "ok" if hits else "no_hits", hits=len(hits),
-                        timeout_ms=int(timeout * 1000)),
+        "trace": _trace(
+            "retrieve",
+            "label_search",
+            started,
+            "ok" if hits else "no_hits",
+            hits=len(hits),
+            timeout_ms=int(timeout * 1000),
+        ),
     }
 
 
@@ -256,8 +275,12 @@ async def generate_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     plan = {**(state.get("plan") or {}), "next_action": "persona"}
 
     def no_llm(outcome: str, warning: str | None = None, **extra) -> dict:
-        delta = {"draft": "", "llm_used": False, "plan": {**plan, "next_action": "fallback"},
-                 "trace": _trace("generate", "llm", started, outcome, **extra)}
+        delta = {
+            "draft": "",
+            "llm_used": False,
+            "plan": {**plan, "next_action": "fallback"},
+            "trace": _trace("generate", "llm", started, outcome, **extra),
+        }
         if warning:
             delta["warnings"] = [warning]
         return delta
@@ -267,52 +290,82 @@ async def generate_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     timeout = _left(state) - s.chat_llm_margin_ms / 1000
     if timeout < s.chat_llm_min_ms / 1000:
         return no_llm("skipped", "llm_skipped_low_budget", budget_ms=int(timeout * 1000))
-    permit = None
+    permit = await _ask_breaker(deps)
+    if permit is not None and not permit.allowed:
+        return no_llm("circuit_open", "llm_circuit_open", breaker=permit.state)
     if deps.breaker is not None:
-        try:
-            permit = await _blocking(deps.breaker.allow, timeout=0.5)
-        except Exception:
-            permit = None  # the breaker's store is slow: call the LLM rather than refuse it
-        if permit is not None and not permit.allowed:
-            return no_llm("circuit_open", "llm_circuit_open", breaker=permit.state)
         timeout = _left(state) - s.chat_llm_margin_ms / 1000
 
-    history = list(state.get("messages") or [])[:-1][-2 * s.chat_history_turns:] if s.chat_history_turns else []
-    messages = build_messages(state.get("user_text") or "", state.get("hits") or [],
-                              rag_status=state.get("rag_status") or "off", history=history)
+    history = list(state.get("messages") or [])[:-1][-2 * s.chat_history_turns :] if s.chat_history_turns else []
+    messages = build_messages(
+        state.get("user_text") or "",
+        state.get("hits") or [],
+        rag_status=state.get("rag_status") or "off",
+        history=history,
+    )
     outcome = await deps.llm.complete(messages, timeout)
-    # A timeout under a caller's tight ceiling (less than half of our own budget) says nothing about
-    # the endpoint's health: it must not open the circuit for every other caller.
-    failure = outcome.failure and not (outcome.status is None and outcome.warning == "llm_timeout"
-                                       and timeout < s.chat_timeout_ms / 2000)
-    # A success on a clean, closed circuit has nothing to reset: skip that Redis round trip.
-    clean = permit is not None and permit.state == "closed" and permit.failures == 0
-    if deps.breaker is not None and (failure or not (clean or outcome.failure)):
-        record = deps.breaker.record_failure if failure else deps.breaker.record_success
-        args = (outcome.warning,) if failure else ()
-        try:
-            await _blocking(record, *args, timeout=max(0.05, min(0.3, _left(state) - 0.1)))
-        except Exception:
-            pass  # the breaker's bookkeeping must never cost the reply
+    await _record_outcome(deps, state, permit, outcome, timeout)
     if outcome.text is None:
         delta = no_llm("error", outcome.warning, status=outcome.status, llm_ms=outcome.latency_ms)
         if outcome.failure:
             delta["last_error"] = _error("generate", outcome.warning or "llm_error", f"status {outcome.status}")
         return delta
-    text, warnings = outcome.text, []
-    if outcome.finish_reason == "length":
+    text, warnings = _trim_reply(outcome.text, outcome.finish_reason, s.chat_max_reply_chars)
+    delta = {
+        "draft": text,
+        "draft_source": "llm",
+        "llm_used": True,
+        "plan": plan,
+        "trace": _trace("generate", "llm", started, "ok", llm_ms=outcome.latency_ms),
+    }
+    if warnings:
+        delta["warnings"] = warnings
+    return delta
+
+
+async def _ask_breaker(deps: ChatDeps) -> Permit | None:
+    """The circuit breaker's permit; None without a breaker or when its store is too slow to ask
+    (then the LLM is called rather than refused)."""
+    if deps.breaker is None:
+        return None
+    try:
+        return await _blocking(deps.breaker.allow, timeout=0.5)
+    except TimeoutError:  # the breaker falls back to memory on Redis errors; only slowness is left
+        return None
+
+
+async def _record_outcome(deps: ChatDeps, state: ChatState, permit: Permit | None, outcome: LLMOutcome, timeout: float):
+    """Tell the breaker how the call went, when that changes anything."""
+    if deps.breaker is None:
+        return
+    # A timeout under a caller's tight ceiling (less than half of our own budget) says nothing about
+    # the endpoint's health: it must not open the circuit for every other caller.
+    failure = outcome.failure and not (
+        outcome.status is None and outcome.warning == "llm_timeout" and timeout < deps.settings.chat_timeout_ms / 2000
+    )
+    # A success on a clean, closed circuit has nothing to reset: skip that Redis round trip.
+    clean = permit is not None and permit.state == "closed" and permit.failures == 0
+    if not failure and (clean or outcome.failure):  # nothing to reset, or a failure that does not count
+        return
+    record = deps.breaker.record_failure if failure else deps.breaker.record_success
+    args = (outcome.warning,) if failure else ()
+    try:
+        await _blocking(record, *args, timeout=max(0.05, min(0.3, _left(state) - 0.1)))
+    except TimeoutError:
+        pass  # the breaker's bookkeeping must never cost the reply (Redis errors it absorbs itself)
+
+
+def _trim_reply(text: str, finish_reason: str | None, max_chars: int) -> tuple[str, list[str]]:
+    """The reply without an unfinished last sentence, and llm_overlong_reply when it ran long."""
+    if finish_reason == "length":
         # Cut off by max_tokens: drop the unfinished last sentence when there is a finished one.
         sentences = split_sentences(text)
         if len(sentences) > 1 and sentences[-1].rstrip()[-1:] not in "。！？!?」』）)":
             text = "".join(sentences[:-1])
-        warnings.append("llm_overlong_reply")
-    elif len(text) > s.chat_max_reply_chars or len(split_sentences(text)) > 5:
-        warnings.append("llm_overlong_reply")
-    delta = {"draft": text, "draft_source": "llm", "llm_used": True, "plan": plan,
-             "trace": _trace("generate", "llm", started, "ok", llm_ms=outcome.latency_ms)}
-    if warnings:
-        delta["warnings"] = warnings
-    return delta
+        return text, ["llm_overlong_reply"]
+    if len(text) > max_chars or len(split_sentences(text)) > 5:
+        return text, ["llm_overlong_reply"]
+    return text, []
 
 
 async def fallback_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
@@ -391,7 +444,7 @@ async def respond_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     try:
         await _blocking(deps.sessions.append_turn, sid, turn, carried, timeout=min(0.5, max(0.05, _left(state))))
         delta["trace"] = _trace("respond", "reply", started, "ok", stored=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - storing the turn must never cost the reply
         delta["warnings"] = ["session_unavailable"]
         delta["last_error"] = _error("respond", "session_unavailable", exc.__class__.__name__)
         delta["trace"] = _trace("respond", "reply", started, "store_failed", stored=False)

@@ -1,9 +1,9 @@
-"""yana's output policy (seed 000: やな側 policy), applied to every reply before it leaves.
+"""yana's output policy, applied to every reply before it leaves.
 
 Order: drop URLs → the character's interjection 「せやなー」/「せやせや」 exactly once at the start (none
 when the caller sets context.disable_sayana) → at most 5 sentences → a character cap for run-on text →
-the optional provenance suffix （参考：銘柄/蔵/地域）. The duo side trims again on its own (seed:
-1) やな側 policy → 2) duo 側); this side must already be within its limits.
+the optional provenance suffix （参考：銘柄/蔵/地域）. The duo side trims again on its own, after
+this policy; this side must already be within its limits.
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ def split_sentences(text: str) -> list[str]:
             while j < n and text[j] in _CLOSERS:
                 j += 1
             end = j
-        elif ch == "\n":
-            end = i + 1
-        elif ch == "." and i > 0 and text[i - 1].isascii() and text[i - 1].isalpha() and (i + 1 == n or text[i + 1] == " "):
+        elif ch == "\n" or (
+            ch == "."
+            and i > 0
+            and text[i - 1].isascii()
+            and text[i - 1].isalpha()
+            and (i + 1 == n or text[i + 1] == " ")
+        ):
             end = i + 1
         if end is not None:
             piece = text[start:end]
@@ -139,7 +143,7 @@ def policy_self_check() -> tuple[bool, str]:
     try:
         on = apply_persona(sample, hits=[{"brand_name": "北の誉", "region": "小樽"}], provenance=True)
         off = apply_persona(sample, disable_sayana=True)
-    except Exception as exc:  # a broken policy must show as policy_ok=false, not crash healthz
+    except Exception as exc:  # noqa: BLE001 - a broken policy must show as policy_ok=false, not crash healthz
         return False, f"policy error: {exc.__class__.__name__}"
     body = on.text.split("（参考：")[0]
     checks = [

@@ -19,7 +19,7 @@ ADDRESS = "[ADDRESS]"
 
 _FULL = "０１２３４５６７８９＋（）＠．＿％"
 _HALF = "0123456789+()@._%"
-_FOLD = {ord(f): h for f, h in zip(_FULL, _HALF)}
+_FOLD = {ord(f): h for f, h in zip(_FULL, _HALF, strict=True)}
 _FOLD.update({0xFF21 + i: chr(0x41 + i) for i in range(26)})  # Ａ-Ｚ
 _FOLD.update({0xFF41 + i: chr(0x61 + i) for i in range(26)})  # ａ-ｚ
 # Hyphen look-alikes people type in numbers and addresses (ー is common in IME input: 1ー2ー3).

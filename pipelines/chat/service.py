@@ -10,6 +10,7 @@ from pipelines.chat.llm import ChatLLM
 from pipelines.chat.nodes import ChatDeps
 from pipelines.chat.sessions import SessionStore
 from pipelines.chat.turnlog import TurnLog
+from pipelines.search import search
 from yana.clients import get_fast_redis
 from yana.settings import Settings, get_settings
 
@@ -18,10 +19,7 @@ _cache: dict[int, tuple[Settings, ChatDeps]] = {}
 
 
 def search_retriever(query_text: str, filters: dict, k: int) -> list[dict]:
-    """THE search (pipelines/search.py). Imported on first use: it loads the embedder (torch), which a
-    chat without RAG never needs."""
-    from pipelines.search import search
-
+    """THE search (pipelines/search.py)."""
     result = search(query_text or None, filters or None, k=k, debug=False)
     return list(result.get("hits") or [])
 
@@ -33,8 +31,13 @@ def llm_configured(s: Settings) -> bool:
 def build_llm(s: Settings) -> ChatLLM | None:
     if not llm_configured(s):
         return None
-    return ChatLLM(s.openai_base_url, s.openai_api_key, s.openai_model,
-                   max_tokens=s.chat_llm_max_tokens, temperature=s.chat_llm_temperature)
+    return ChatLLM(
+        s.openai_base_url,
+        s.openai_api_key,
+        s.openai_model,
+        max_tokens=s.chat_llm_max_tokens,
+        temperature=s.chat_llm_temperature,
+    )
 
 
 def build_breaker(s: Settings) -> CircuitBreaker:

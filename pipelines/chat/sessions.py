@@ -26,7 +26,7 @@ CARRIED_KEYS = ("intent", "dialogue_mode", "goal", "slots", "missing_slots", "po
 
 
 def valid_session_id(value: str | None) -> bool:
-    return bool(value) and bool(_SESSION_ID_RE.match(value))
+    return bool(value and _SESSION_ID_RE.match(value))
 
 
 @dataclass
@@ -41,14 +41,25 @@ class SessionSnapshot:
         out: list[dict] = []
         for t in turns:
             if t.get("user"):
-                out.append({"role": "user", "content": t["user"], "turn_id": t.get("turn_id", ""), "ts": t.get("ts", "")})
+                out.append(
+                    {"role": "user", "content": t["user"], "turn_id": t.get("turn_id", ""), "ts": t.get("ts", "")}
+                )
             if t.get("assistant"):
-                out.append({"role": "assistant", "content": t["assistant"], "turn_id": t.get("turn_id", ""), "ts": t.get("ts", "")})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": t["assistant"],
+                        "turn_id": t.get("turn_id", ""),
+                        "ts": t.get("ts", ""),
+                    }
+                )
         return out
 
 
 class SessionStore:
-    def __init__(self, redis_client: redis.Redis, *, ttl_s: int, max_turns: int, prefix: str = "yana:chat:session:") -> None:
+    def __init__(
+        self, redis_client: redis.Redis, *, ttl_s: int, max_turns: int, prefix: str = "yana:chat:session:"
+    ) -> None:
         self.redis = redis_client
         self.ttl_s = ttl_s
         self.max_turns = max_turns

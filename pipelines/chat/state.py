@@ -1,16 +1,16 @@
-"""Dialogue state (seed 003): DSState, its initial values and reducers, and the chat turn's extra keys.
+"""Dialogue state: DSState, its initial values and reducers, and the chat turn's extra keys.
 
 Nodes read the state and return only their Δ; LangGraph merges each Δ with the reducer annotated on
-the key (seed 003 §5):
+the key:
 
 - `messages`: append-only. A Δ is appended; nothing is ever removed or replaced (unlike LangChain's
   `add_messages`, which can delete or overwrite by id, so it is not used here).
 - `missing_slots`: set union, order kept, duplicates dropped. An EMPTY list in a Δ is the explicit
-  clear (seed: 「空配列で上書き」できる設計). A node with nothing to add leaves the key out of its Δ.
+  clear (an empty list overwrites). A node with nothing to add leaves the key out of its Δ.
 - `trace`, `tool`: overwritten by the latest Δ (the per-turn log keeps the history, not the state).
 - every other key: last value wins (LangGraph's default channel).
 
-Size / PII rules (seed 003 §6) are enforced by the nodes: messages hold masked text only, tool holds a
+Size / PII rules are enforced by the nodes: messages hold masked text only, tool holds a
 summary and reference ids, never the retrieved documents.
 """
 
@@ -137,7 +137,7 @@ def append_unique(left: list | None, right: list | str | None) -> list:
 
 
 class DSState(TypedDict, total=False):
-    """Seed 003 §3/§4: the keys every dialogue node shares."""
+    """The keys every dialogue node shares."""
 
     session_id: str
     turn_id: str
@@ -175,7 +175,7 @@ class ChatState(DSState, total=False):
 
 
 def initial_state(session_id: str = "", turn_id: str = "") -> DSState:
-    """Seed 003 §4 initial values."""
+    """The initial value of every dialogue key."""
     return {
         "session_id": session_id,
         "turn_id": turn_id,
@@ -195,7 +195,7 @@ def initial_state(session_id: str = "", turn_id: str = "") -> DSState:
 
 
 def logging_subset(state: dict) -> dict:
-    """Seed 003 §7: the state excerpt every turn writes to the JSON-lines log."""
+    """The state excerpt every turn writes to the JSON-lines log."""
     trace = state.get("trace") or {}
     intent = state.get("intent") or {}
     plan = state.get("plan") or {}

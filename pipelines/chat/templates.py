@@ -12,7 +12,9 @@ import re
 
 _GREETING_RE = re.compile(r"^(?:こんにちは|こんばんは|おはよう|はじめまして|やあ|どうも|もしもし|hello|hi|hey)", re.I)
 _THANKS_RE = re.compile(r"(?:ありがと|サンキュー|thanks|thank you|おおきに)", re.I)
-_RECOMMEND_RE = re.compile(r"(?:おすすめ|オススメ|お勧め|お薦め|教えて|探して|ある[？?]|ない[？?]|知って|どれ|何が|なにが)")
+_RECOMMEND_RE = re.compile(
+    r"(?:おすすめ|オススメ|お勧め|お薦め|教えて|探して|ある[？?]|ない[？?]|知って|どれ|何が|なにが)"
+)
 
 
 def classify_intent(text: str) -> tuple[str, float]:
@@ -107,9 +109,7 @@ def grounded_reply(
         if len(hits) > 1:
             second = hits[1]
             m2 = _maker(second)
-            out.append(
-                (_SECOND[0] if m2 else _SECOND[1]).format(maker=m2, name=_name(second))
-            )
+            out.append((_SECOND[0] if m2 else _SECOND[1]).format(maker=m2, name=_name(second)))
         out.append(_CLOSE[v % 3])
         return "".join(out)
     if intent == "greeting":

@@ -1,4 +1,4 @@
-"""The per-turn JSON-lines log: seed 003 §7's state subset plus what the turn did, PII-masked.
+"""The per-turn JSON-lines log: the logged subset of the state plus what the turn did, PII-masked.
 
 Written twice on purpose: to the process's JSON-lines logger ("yana.chat", with run_id / trace_id) and
 to a day file `chat-YYYY-MM-DD.jsonl` under CHAT_LOG_DIR (default DATA_DIR/logs), which is what an

@@ -9,8 +9,8 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import httpx
 import pytest
@@ -48,8 +48,9 @@ class Payload(BaseModel):
     items: list[int] = Field(default_factory=list)
 
 
-@probe.get("/slow", operation_id="probe_slow", response_model=Echo, responses=ERRORS(),
-           openapi_extra=contract(timeout_s=0.3))
+@probe.get(
+    "/slow", operation_id="probe_slow", response_model=Echo, responses=ERRORS(), openapi_extra=contract(timeout_s=0.3)
+)
 async def slow(s: float = 1.0) -> dict:
     await asyncio.sleep(s)
     return {"value": {"slept": s}}
@@ -82,8 +83,13 @@ async def conflict() -> dict:
     raise YanaError("CONFLICT", "already done", 409)
 
 
-@probe.post("/retrieve", operation_id="probe_retrieve", response_model=Echo, responses=ERRORS(422),
-            openapi_extra=contract(schema_error_status=422))
+@probe.post(
+    "/retrieve",
+    operation_id="probe_retrieve",
+    response_model=Echo,
+    responses=ERRORS(422),
+    openapi_extra=contract(schema_error_status=422),
+)
 async def retrieve_like(body: RetrieveLike) -> dict:
     return {"value": body.model_dump()}
 
@@ -96,21 +102,31 @@ async def create_job(body: Payload, request: Request) -> dict:
     return {"job_id": job_id, "seen": body.model_dump()}
 
 
-@probe.post("/labels", operation_id="probe_labels", status_code=202, response_model=Created, responses=ERRORS(),
-            openapi_extra=contract(replay_dedup=True))
+@probe.post(
+    "/labels",
+    operation_id="probe_labels",
+    status_code=202,
+    response_model=Created,
+    responses=ERRORS(),
+    openapi_extra=contract(replay_dedup=True),
+)
 async def create_label(body: Payload, request: Request) -> dict:
     job_id = await request.app.state.redis.incr("test:probe:jobs")
     return {"job_id": job_id, "seen": body.model_dump(), "dedup": False}
 
 
-@probe.post("/upload", operation_id="probe_upload", response_model=Echo, responses=ERRORS(),
-            openapi_extra=contract(max_body_bytes=1000))
+@probe.post(
+    "/upload",
+    operation_id="probe_upload",
+    response_model=Echo,
+    responses=ERRORS(),
+    openapi_extra=contract(max_body_bytes=1000),
+)
 async def upload(body: Payload) -> dict:
     return {"value": {"items": len(body.items)}}
 
 
-@probe.post("/native-cap", operation_id="probe_native_cap", response_model=Echo, responses=ERRORS(),
-            max_body_size=2000)
+@probe.post("/native-cap", operation_id="probe_native_cap", response_model=Echo, responses=ERRORS(), max_body_size=2000)
 async def native_cap(body: Payload) -> dict:
     return {"value": {"items": len(body.items)}}
 
@@ -140,8 +156,9 @@ def build_app(with_probes: bool = True) -> FastAPI:
 def serve(app: FastAPI) -> Iterator[str]:
     """Serve the app with uvicorn in a thread (lifespan on) and yield its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False)
+    )
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -17,11 +17,22 @@ from pipelines.chat.breaker import CircuitBreaker
 from pipelines.chat.persona import count_interjections, split_sentences
 from tests.pipelines.chat.api_support import ingest_labels, start_chat_api, stop_service
 from tests.pipelines.chat.openai_stub import OpenAIStub, empty, reply, stall, status
+from tests.stack import wait_for
 
 BUDGET_MS = 3000
 MODEL = "stub-model"
-RESPONSE_KEYS = {"reply", "hits", "llm", "elapsed_ms", "rag_hit_count", "run_id", "trace_id", "server_version",
-                 "policy_version", "warnings"}
+RESPONSE_KEYS = {
+    "reply",
+    "hits",
+    "llm",
+    "elapsed_ms",
+    "rag_hit_count",
+    "run_id",
+    "trace_id",
+    "server_version",
+    "policy_version",
+    "warnings",
+}
 HIT_KEYS = {"id", "brand_name", "product_name", "brewery", "region", "label_features", "file_path"}
 
 
@@ -40,9 +51,14 @@ def label_ids(api):
 @pytest.fixture(scope="module")
 def chat_service(stack, openai_stub, label_ids):
     svc = start_chat_api(
-        stack, "api-chat",
-        OPENAI_BASE_URL=openai_stub.base_url, OPENAI_MODEL=MODEL, OPENAI_API_KEY="sk-test",
-        CHAT_TIMEOUT_MS=str(BUDGET_MS), CHAT_BREAKER_FAILURES="2", CHAT_BREAKER_OPEN_S="1.5",
+        stack,
+        "api-chat",
+        OPENAI_BASE_URL=openai_stub.base_url,
+        OPENAI_MODEL=MODEL,
+        OPENAI_API_KEY="sk-test",
+        CHAT_TIMEOUT_MS=str(BUDGET_MS),
+        CHAT_BREAKER_FAILURES="2",
+        CHAT_BREAKER_OPEN_S="3",  # open long enough to be observed under load; the test waits for half-open
     )
     yield svc
     stop_service(stack, svc)
@@ -73,12 +89,20 @@ def post_chat(client, body: dict, **headers) -> tuple[httpx.Response, float]:
 
 # --- seed 000 contract tests ---------------------------------------------------------------------
 
+
 def test_normal_turn(chat_api, openai_stub, label_ids):
     run_id = "duo-" + uuid.uuid4().hex[:8]
-    r, elapsed = post_chat(chat_api, {"user_text": "小樽の北の誉ってどんな酒？", "use_rag": True, "top_k": 3,
-                                      "filters": {"category": "sake", "region": "", "brewery": ""},
-                                      "context": {"turn": 1, "topic": "日本酒", "run_id": "duo-run"}},
-                           **{"X-Run-Id": run_id})
+    r, elapsed = post_chat(
+        chat_api,
+        {
+            "user_text": "小樽の北の誉ってどんな酒？",
+            "use_rag": True,
+            "top_k": 3,
+            "filters": {"category": "sake", "region": "", "brewery": ""},
+            "context": {"turn": 1, "topic": "日本酒", "run_id": "duo-run"},
+        },
+        **{"X-Run-Id": run_id},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == RESPONSE_KEYS
@@ -101,8 +125,13 @@ def test_normal_turn(chat_api, openai_stub, label_ids):
 
 @pytest.mark.parametrize(
     "behaviour, warning",
-    [(status(429), "llm_rate_limited"), (status(408), "llm_timeout"), (status(500), "llm_upstream_error"),
-     (status(502), "llm_upstream_error"), (empty(), "llm_empty_reply")],
+    [
+        (status(429), "llm_rate_limited"),
+        (status(408), "llm_timeout"),
+        (status(500), "llm_upstream_error"),
+        (status(502), "llm_upstream_error"),
+        (empty(), "llm_empty_reply"),
+    ],
     ids=["429", "408", "500", "502", "empty"],
 )
 def test_llm_failure_answers_with_grounded_fallback(chat_api, openai_stub, behaviour, warning):
@@ -137,17 +166,22 @@ def test_stalled_llm_answers_within_the_budget(chat_api, openai_stub):
     assert "llm_timeout" in r.json()["warnings"]
 
 
-def test_breaker_opens_and_recovers(chat_api, openai_stub, api):
+def test_breaker_opens_and_recovers(chat_api, openai_stub, api, redis_client):
     openai_stub.script(status(500), status(500))
     for _ in range(2):
-        assert "llm_upstream_error" in post_chat(chat_api, {"user_text": "こんにちは", "use_rag": False})[0].json()["warnings"]
+        assert (
+            "llm_upstream_error"
+            in post_chat(chat_api, {"user_text": "こんにちは", "use_rag": False})[0].json()["warnings"]
+        )
     body = post_chat(chat_api, {"user_text": "こんにちは", "use_rag": False})[0].json()
     assert body["llm"] == "off" and "llm_circuit_open" in body["warnings"] and body["reply"]
     assert len(openai_stub.chat_requests()) == 2  # open: no call
     health = chat_api.get("/v1/healthz").json()
     assert health["llm_ok"] is False and "circuit open" in health["last_error"]
     assert health["policy_ok"] is True
-    time.sleep(1.6)
+    # The API's breaker lives in Redis: read the same one until its open period has passed.
+    shared = CircuitBreaker(CircuitBreaker.name_for(openai_stub.base_url, MODEL), redis_client=redis_client)
+    wait_for(lambda: shared.status().state == "half_open", timeout_s=10, interval_s=0.05, what="half-open")
     body = post_chat(chat_api, {"user_text": "こんにちは", "use_rag": False})[0].json()
     assert body["llm"] == "on" and body["warnings"] == []  # the half-open probe succeeded
     assert chat_api.get("/v1/healthz").json()["llm_ok"] is True
@@ -155,12 +189,20 @@ def test_breaker_opens_and_recovers(chat_api, openai_stub, api):
 
 # --- form and legacy ------------------------------------------------------------------------------
 
+
 def test_form_encoded_v1_chat(chat_api, openai_stub):
-    r = chat_api.post("/v1/chat", data={
-        "user_text": "りんごのジュースある？", "use_rag": "true", "top_k": "2",
-        "filters": json.dumps({"category": "juice"}), "turn": "3", "disable_sayana": "true",
-        "session_id": "form-" + uuid.uuid4().hex[:6],
-    })
+    r = chat_api.post(
+        "/v1/chat",
+        data={
+            "user_text": "りんごのジュースある？",
+            "use_rag": "true",
+            "top_k": "2",
+            "filters": json.dumps({"category": "juice"}),
+            "turn": "3",
+            "disable_sayana": "true",
+            "session_id": "form-" + uuid.uuid4().hex[:6],
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == RESPONSE_KEYS and body["llm"] == "on"
@@ -176,8 +218,10 @@ def test_form_encoded_v1_chat(chat_api, openai_stub):
 
 
 def test_legacy_chat_endpoint(chat_api):
-    r = chat_api.post("/chat", data={"user_text": "小樽の酒ある？", "use_rag": "true", "top_k": "3",
-                                     "category": "sake", "region": "小樽"})
+    r = chat_api.post(
+        "/chat",
+        data={"user_text": "小樽の酒ある？", "use_rag": "true", "top_k": "3", "category": "sake", "region": "小樽"},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == RESPONSE_KEYS and body["llm"] == "on"
@@ -197,19 +241,32 @@ def test_disable_sayana(chat_api, openai_stub):
 
 
 def test_validation_errors_use_the_error_body(chat_api):
-    for bad in ({"user_text": "x", "top_k": 0}, {"user_text": "x", "top_k": 11}, {"use_rag": True},
-                {"user_text": "   "}, {"user_text": "x", "context": {"session_id": "bad id!"}}):
+    for bad in (
+        {"user_text": "x", "top_k": 0},
+        {"user_text": "x", "top_k": 11},
+        {"use_rag": True},
+        {"user_text": "   "},
+        {"user_text": "x", "context": {"session_id": "bad id!"}},
+    ):
         r = chat_api.post("/v1/chat", json=bad)
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]["code"] == "BAD_REQUEST" and r.json()["run_id"]
     r = chat_api.post("/v1/chat", data={"user_text": "x", "filters": "{not json"})
     assert r.status_code == 400 and "filters" in r.json()["error"]["message"]
-    ok = chat_api.post("/v1/chat", json={"user_text": "こんにちは", "use_rag": False,
-                                         "context": {"unknown_key": 1, "nested": {"a": 1}}, "extra_top": 2})
+    ok = chat_api.post(
+        "/v1/chat",
+        json={
+            "user_text": "こんにちは",
+            "use_rag": False,
+            "context": {"unknown_key": 1, "nested": {"a": 1}},
+            "extra_top": 2,
+        },
+    )
     assert ok.status_code == 200
 
 
 # --- state, sessions, PII -------------------------------------------------------------------------
+
 
 def test_session_continues_across_requests(chat_api, openai_stub):
     sid = "sess-" + uuid.uuid4().hex[:8]
@@ -231,7 +288,8 @@ def test_pii_is_masked_in_logs_and_stored_state(chat_api, openai_stub, chat_serv
     sent = json.dumps(openai_stub.chat_requests()[0].body, ensure_ascii=False)
     assert "[PHONE]" in sent and "[EMAIL]" in sent and "[ADDRESS]" in sent
     stored = " ".join(redis_client.lrange(f"yana:chat:session:{sid}:turns", 0, -1)) + redis_client.get(
-        f"yana:chat:session:{sid}:state")
+        f"yana:chat:session:{sid}:state"
+    )
     assert "[PHONE]" in stored
     # the per-turn JSON-lines log (seed 003 §7 subset) and the process log
     turn_lines = []
@@ -241,8 +299,16 @@ def test_pii_is_masked_in_logs_and_stored_state(chat_api, openai_stub, chat_serv
     assert len(mine) == 1
     rec = mine[0]
     assert rec["session_id"] == sid and rec["policy"]["pii_detected"] is True and "[PHONE]" in rec["user_text"]
-    for key in ("turn_id", "trace", "intent_type", "dialogue_mode", "plan_next_action", "tool_name", "tool_status",
-                "missing_slots"):
+    for key in (
+        "turn_id",
+        "trace",
+        "intent_type",
+        "dialogue_mode",
+        "plan_next_action",
+        "tool_name",
+        "tool_status",
+        "missing_slots",
+    ):
         assert key in rec
     process_log = chat_service.log_path.read_text(errors="replace")
     assert run_id in process_log
@@ -268,6 +334,7 @@ def test_healthz_reports_llm_and_policy(chat_api, openai_stub):
 
 # --- the stack's own API: no LLM configured, and one whose label store is down ---------------------
 
+
 def test_without_llm_the_template_is_grounded_on_real_hits(api, label_ids):
     body = api.post("/v1/chat", json={"user_text": "田酒ってどんな酒？", "top_k": 3}).json()
     assert body["llm"] == "off" and body["warnings"] == []
@@ -284,8 +351,9 @@ def test_label_store_down_answers_without_rag(stack):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    svc = start_chat_api(stack, "api-chat-norag", CHROMA_URL=dead, SEARCH_WARM_ON_START="false",
-                         OPENAI_BASE_URL="", OPENAI_API_KEY="")
+    svc = start_chat_api(
+        stack, "api-chat-norag", CHROMA_URL=dead, SEARCH_WARM_ON_START="false", OPENAI_BASE_URL="", OPENAI_API_KEY=""
+    )
     try:
         with httpx.Client(base_url=svc.url, timeout=30) as client:
             r = client.post("/v1/chat", json={"user_text": "北の誉ある？"})

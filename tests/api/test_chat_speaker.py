@@ -14,12 +14,15 @@ from clients.speaker import FALLBACK_TEXT, SpeakerAHttpProvider
 
 
 def test_generate_against_the_api(stack):
-    speaker = SpeakerAHttpProvider.from_env({"SPEAKER_A_HTTP_BASE": stack.api_url, "SPEAKER_A_TOP_K": "3",
-                                             "SPEAKER_A_FILTERS_JSON": '{"category": "sake"}'})
+    speaker = SpeakerAHttpProvider.from_env(
+        {"SPEAKER_A_HTTP_BASE": stack.api_url, "SPEAKER_A_TOP_K": "3", "SPEAKER_A_FILTERS_JSON": '{"category": "sake"}'}
+    )
+    t0 = time.perf_counter()
     reply, meta = speaker.generate("こんにちは", run_id="speaker-run-1", timeout_ms=12000, turn=1)
+    wall_ms = (time.perf_counter() - t0) * 1000
     assert reply.startswith("せやなー")
     assert meta["source"] == "http_v1" and meta["run_id"] == "speaker-run-1" and meta["trace_id"]
-    assert isinstance(meta["hits"], list) and isinstance(meta["warnings"], list) and meta["elapsed_ms"] >= 0
+    assert isinstance(meta["hits"], list) and isinstance(meta["warnings"], list) and 0 < meta["elapsed_ms"] <= wall_ms
     assert "fallback" not in meta
 
 
@@ -77,8 +80,11 @@ def scripted():
 
 
 def test_rag_down_is_resent_without_rag_then_retryable_retried_once(scripted):
-    srv = scripted((503, _err("UPSTREAM_UNAVAILABLE", True), 0), (429, _err("RATE_LIMITED", True), 0),
-                   (200, {"reply": "せやなー、ええで。", "hits": [], "warnings": [], "trace_id": "t", "run_id": "r"}, 0))
+    srv = scripted(
+        (503, _err("UPSTREAM_UNAVAILABLE", True), 0),
+        (429, _err("RATE_LIMITED", True), 0),
+        (200, {"reply": "せやなー、ええで。", "hits": [], "warnings": [], "trace_id": "t", "run_id": "r"}, 0),
+    )
     reply, meta = SpeakerAHttpProvider(srv.url, backoff_s=0.05).generate("x", run_id="r", timeout_ms=5000)
     assert reply == "せやなー、ええで。" and meta["retried_after"] == ["UPSTREAM_UNAVAILABLE", "RATE_LIMITED"]
     assert [b["use_rag"] for b in srv.bodies] == [True, False, False]
@@ -90,13 +96,17 @@ def test_non_retryable_error_gives_the_fixed_text_or_a_skip(scripted):
     reply, meta = SpeakerAHttpProvider(srv.url, use_rag=False).generate("x", run_id="r", timeout_ms=3000)
     assert reply == FALLBACK_TEXT and meta["fallback"] and meta["error"] == "BAD_REQUEST" and len(srv.bodies) == 1
     srv2 = scripted((400, _err("BAD_REQUEST", False), 0))
-    reply, meta = SpeakerAHttpProvider(srv2.url, use_rag=False, on_failure="skip").generate("x", run_id="r", timeout_ms=3000)
+    reply, meta = SpeakerAHttpProvider(srv2.url, use_rag=False, on_failure="skip").generate(
+        "x", run_id="r", timeout_ms=3000
+    )
     assert reply == "" and meta["skip"] is True
 
 
 def test_client_timeout_is_bounded(scripted):
     srv = scripted((200, {"reply": "late"}, 3), (200, {"reply": "late"}, 3))
     t = time.monotonic()
-    reply, meta = SpeakerAHttpProvider(srv.url, use_rag=False, backoff_s=0.05).generate("x", run_id="r", timeout_ms=1200)
+    reply, meta = SpeakerAHttpProvider(srv.url, use_rag=False, backoff_s=0.05).generate(
+        "x", run_id="r", timeout_ms=1200
+    )
     assert time.monotonic() - t < 1.6
     assert reply == FALLBACK_TEXT and meta["error"] == "CLIENT_TIMEOUT"

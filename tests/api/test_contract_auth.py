@@ -9,28 +9,35 @@ import httpx
 import pytest
 
 from api.contract.auth import BearerAuth, bearer_token, flower_auth_args
+from cli import processes
 from tests.api.contract_support import assert_error, contract_server
-from yana import processes
 from yana.settings import Settings
 
 TOKENS = "tok-alpha-0123456789,tok-beta-9876543210"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "contract-test", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "contract-test", "version": "0"},
+    },
+}
 
 
 @pytest.fixture(scope="module")
 def locked(redis_url):
-    with contract_server(REDIS_URL=redis_url, AUTH_ENABLED="true", AUTH_TOKENS=TOKENS,
-                         RATE_BURST="100000", RATE_LIMIT="1000/second") as c:
+    with contract_server(
+        REDIS_URL=redis_url, AUTH_ENABLED="true", AUTH_TOKENS=TOKENS, RATE_BURST="100000", RATE_LIMIT="1000/second"
+    ) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def open_api(redis_url):
-    with contract_server(REDIS_URL=redis_url, AUTH_ENABLED="false",
-                         RATE_BURST="100000", RATE_LIMIT="1000/second") as c:
+    with contract_server(REDIS_URL=redis_url, AUTH_ENABLED="false", RATE_BURST="100000", RATE_LIMIT="1000/second") as c:
         yield c
 
 
@@ -39,8 +46,13 @@ def bearer(token: str) -> dict:
 
 
 def test_protected_routes_answer_401_without_a_valid_token(locked):
-    for headers in ({}, bearer("wrong"), bearer("tok-alpha-012345678"), {"Authorization": "tok-alpha-0123456789"},
-                    {"Authorization": "Basic " + base64.b64encode(b"yana:tok-alpha-0123456789").decode()}):
+    for headers in (
+        {},
+        bearer("wrong"),
+        bearer("tok-alpha-012345678"),
+        {"Authorization": "tok-alpha-0123456789"},
+        {"Authorization": "Basic " + base64.b64encode(b"yana:tok-alpha-0123456789").decode()},
+    ):
         r = locked.get("/v1/jobs", headers=headers)
         assert_error(r, 401, "UNAUTHORIZED", retryable=False)
         assert r.headers["www-authenticate"].startswith("Bearer")
@@ -87,9 +99,16 @@ def test_mcp_endpoint_needs_the_token_and_its_tools_are_the_operations(locked):
     names = {t["name"] for t in r.json()["result"]["tools"]}
     assert {"version", "healthz", "get_job", "list_jobs", "demo_sleep"} <= names
     # A tool call goes through the HTTP contract with the caller's token and correlation ids.
-    r = locked.post("/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                                  "params": {"name": "list_jobs", "arguments": {"limit": 1}}},
-                    headers={**session, "X-Run-Id": "mcp-run-1"})
+    r = locked.post(
+        "/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "list_jobs", "arguments": {"limit": 1}},
+        },
+        headers={**session, "X-Run-Id": "mcp-run-1"},
+    )
     assert r.status_code == 200, r.text
     result = r.json()["result"]
     assert not result.get("isError"), result

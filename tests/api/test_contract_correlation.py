@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import re
+import time
 
 import pytest
 
@@ -31,18 +32,29 @@ def _ids(r):
     return r.headers["x-run-id"], r.headers["x-trace-id"], r.headers["traceparent"]
 
 
-@pytest.mark.parametrize("path,status", [("/v1/jobs", 200), ("/v1/jobs/nope", 404), ("/test/crash", 500),
-                                         ("/test/slow?s=1", 408)])
+@pytest.mark.parametrize(
+    "path,status", [("/v1/jobs", 200), ("/v1/jobs/nope", 404), ("/test/crash", 500), ("/test/slow?s=1", 408)]
+)
 def test_ids_are_echoed_on_success_and_on_error(client, path, status):
+    t0 = time.perf_counter()
     r = client.get(path, headers={"X-Run-Id": "duo-run.42:a", "X-Trace-Id": "trace-xyz_1"})
+    wall_ms = (time.perf_counter() - t0) * 1000
     assert r.status_code == status
     assert r.headers["x-run-id"] == "duo-run.42:a"
     assert r.headers["x-trace-id"] == "trace-xyz_1"
     assert TP_RE.match(r.headers["traceparent"])
-    assert float(r.headers["x-request-duration-ms"]) >= 0
+    assert 0 < float(r.headers["x-request-duration-ms"]) <= wall_ms  # the server's share of what we waited
     if status >= 400:
         body = r.json()
         assert (body["run_id"], body["trace_id"]) == ("duo-run.42:a", "trace-xyz_1")
+
+
+def test_duration_header_measures_the_request(client):
+    t0 = time.perf_counter()
+    r = client.get("/test/sleepy", params={"s": 0.2})
+    wall_ms = (time.perf_counter() - t0) * 1000
+    assert r.status_code == 200
+    assert 200 <= float(r.headers["x-request-duration-ms"]) <= wall_ms
 
 
 def test_ids_are_generated_when_absent(client):
@@ -63,7 +75,9 @@ def test_bad_ids_are_replaced(client, bad):
 
 
 def test_valid_traceparent_continues_the_trace(client):
-    r = client.get("/v1/jobs", headers={"traceparent": VALID_TP, "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"})
+    r = client.get(
+        "/v1/jobs", headers={"traceparent": VALID_TP, "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}
+    )
     trace, span, flags = TP_RE.match(r.headers["traceparent"]).groups()
     assert trace == TRACE and flags == "01"
     assert span != PARENT  # this server's span, the parent of what it calls next
@@ -79,16 +93,19 @@ def test_valid_traceparent_continues_the_trace(client):
     assert r.headers["x-trace-id"] == "duo-trace" and TRACE in r.headers["traceparent"]
 
 
-@pytest.mark.parametrize("bad", [
-    f"ff-{TRACE}-{PARENT}-01",                    # version ff is invalid
-    f"00-{'0' * 32}-{PARENT}-01",                 # all-zero trace-id
-    f"00-{TRACE}-{'0' * 16}-01",                  # all-zero parent-id
-    f"00-{TRACE.upper()}-{PARENT}-01",            # uppercase hex
-    f"00-{TRACE}-{PARENT}-01-extra",              # version 00 must be exactly 55 chars
-    f"00-{TRACE[:-1]}-{PARENT}-01",               # short trace-id
-    f"00_{TRACE}_{PARENT}_01",                    # wrong separators
-    "garbage",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        f"ff-{TRACE}-{PARENT}-01",  # version ff is invalid
+        f"00-{'0' * 32}-{PARENT}-01",  # all-zero trace-id
+        f"00-{TRACE}-{'0' * 16}-01",  # all-zero parent-id
+        f"00-{TRACE.upper()}-{PARENT}-01",  # uppercase hex
+        f"00-{TRACE}-{PARENT}-01-extra",  # version 00 must be exactly 55 chars
+        f"00-{TRACE[:-1]}-{PARENT}-01",  # short trace-id
+        f"00_{TRACE}_{PARENT}_01",  # wrong separators
+        "garbage",
+    ],
+)
 def test_invalid_traceparent_starts_a_new_trace(client, bad):
     r = client.get("/v1/jobs", headers={"traceparent": bad, "tracestate": "congo=t61rcWkgMzE"})
     trace, _, flags = TP_RE.match(r.headers["traceparent"]).groups()
@@ -102,17 +119,20 @@ def test_two_traceparent_headers_are_invalid(client):
     assert TRACE not in r.headers["traceparent"]
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("congo=t61rcWkgMzE", "congo=t61rcWkgMzE"),
-    ("a=1 , ,b=2", "a=1,b=2"),                    # OWS and empty members are allowed
-    ("tenant@vendor=x", "tenant@vendor=x"),
-    ("a=1,a=2", None),                            # duplicate key
-    ("A=1", None),                                # uppercase key
-    ("a=", None),                                 # empty value
-    ("a=b=c", None),                              # '=' in value
-    ("novalue", None),
-    (",".join(f"k{i}=v" for i in range(33)), None),  # more than 32 members
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("congo=t61rcWkgMzE", "congo=t61rcWkgMzE"),
+        ("a=1 , ,b=2", "a=1,b=2"),  # OWS and empty members are allowed
+        ("tenant@vendor=x", "tenant@vendor=x"),
+        ("a=1,a=2", None),  # duplicate key
+        ("A=1", None),  # uppercase key
+        ("a=", None),  # empty value
+        ("a=b=c", None),  # '=' in value
+        ("novalue", None),
+        (",".join(f"k{i}=v" for i in range(33)), None),  # more than 32 members
+    ],
+)
 def test_tracestate_validation(value, expected):
     assert parse_tracestate([value]) == expected
 
@@ -143,9 +163,9 @@ def test_access_log_is_one_json_line_with_ids_route_status_duration(client):
 
 
 def test_ids_reach_job_record_task_headers_and_worker_log(client, stack):
-    from tasks import registry
-
     from celery.signals import before_task_publish
+
+    from tasks import registry
 
     published: list[dict] = []
 

@@ -28,8 +28,9 @@ def test_wrong_and_missing_fields_are_400(client):
     assert_error(client.post("/v1/demo/sleep", json=[1, 2]), 400, "BAD_REQUEST")
     # A schema-violation route (seed 002) still answers 400 for a missing field or bad JSON...
     assert_error(client.post("/test/retrieve", json={"top_k": 3}), 400, "BAD_REQUEST")
-    assert_error(client.post("/test/retrieve", content=b"{", headers={"content-type": "application/json"}),
-                 400, "BAD_REQUEST")
+    assert_error(
+        client.post("/test/retrieve", content=b"{", headers={"content-type": "application/json"}), 400, "BAD_REQUEST"
+    )
 
 
 def test_schema_violation_is_422_where_the_seed_asks(client):
@@ -68,20 +69,24 @@ def test_body_over_the_cap_is_413_by_length_and_by_stream(client):
 
     def chunks():
         for i in range(0, len(data), 256):
-            yield data[i:i + 256]
+            yield data[i : i + 256]
 
     r = client.post("/test/upload", content=chunks(), headers={"content-type": "application/json"})
     assert "content-length" not in r.request.headers
     assert_error(r, 413, "PAYLOAD_TOO_LARGE")
     assert client.post("/test/upload", json={"name": "x", "items": [1, 2]}).status_code == 200
     # FastAPI's own max_body_size on a route is honoured as its cap, with the same error body.
-    assert_error(client.post("/test/native-cap", json={"name": "x", "items": list(range(3000))}),
-                 413, "PAYLOAD_TOO_LARGE")
+    assert_error(
+        client.post("/test/native-cap", json={"name": "x", "items": list(range(3000))}), 413, "PAYLOAD_TOO_LARGE"
+    )
     assert client.post("/test/native-cap", json={"name": "x", "items": list(range(100))}).status_code == 200
     # The default cap (MAX_BODY_BYTES, 1 MiB) covers every other route.
     huge = b'{"steps": 1, "pad": "' + b"a" * (1024 * 1024) + b'"}'
-    assert_error(client.post("/v1/demo/sleep", content=huge, headers={"content-type": "application/json"}),
-                 413, "PAYLOAD_TOO_LARGE")
+    assert_error(
+        client.post("/v1/demo/sleep", content=huge, headers={"content-type": "application/json"}),
+        413,
+        "PAYLOAD_TOO_LARGE",
+    )
 
 
 def test_wrong_media_type_is_415(client):
@@ -90,7 +95,9 @@ def test_wrong_media_type_is_415(client):
     r = client.post("/test/retrieve", content=b"query=x", headers={"content-type": "application/x-www-form-urlencoded"})
     assert_error(r, 415, "UNSUPPORTED_MEDIA_TYPE")
     # +json media types are JSON.
-    r = client.post("/test/retrieve", content=b'{"query": "x"}', headers={"content-type": "application/merge-patch+json"})
+    r = client.post(
+        "/test/retrieve", content=b'{"query": "x"}', headers={"content-type": "application/merge-patch+json"}
+    )
     assert r.status_code == 200, r.text
 
 

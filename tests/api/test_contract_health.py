@@ -46,16 +46,29 @@ def llm_url():
 
 
 def test_version_has_the_seed_fields(stack):
-    with contract_server(REDIS_URL=stack.redis_url, CHROMA_URL=stack.chroma_url, BUILD="b42",
-                         OPENAI_MODEL="tiny", **FAST) as c:
+    with contract_server(
+        REDIS_URL=stack.redis_url, CHROMA_URL=stack.chroma_url, BUILD="b42", OPENAI_MODEL="tiny", **FAST
+    ) as c:
         body = c.get("/v1/version").json()
-    assert body == {"server_version": __version__, "policy_version": POLICY_VERSION, "name": NAME,
-                    "version": __version__, "model": "none", "build": "b42"}
+    assert body == {
+        "server_version": __version__,
+        "policy_version": POLICY_VERSION,
+        "name": NAME,
+        "version": __version__,
+        "model": "none",
+        "build": "b42",
+    }
 
 
 def test_all_ok_with_every_dependency_up(stack, llm_url):
-    with contract_server(REDIS_URL=stack.redis_url, CHROMA_URL=stack.chroma_url, OPENAI_BASE_URL=llm_url,
-                         OPENAI_API_KEY="sk-good", OPENAI_MODEL="tiny", **FAST) as c:
+    with contract_server(
+        REDIS_URL=stack.redis_url,
+        CHROMA_URL=stack.chroma_url,
+        OPENAI_BASE_URL=llm_url,
+        OPENAI_API_KEY="sk-good",
+        OPENAI_MODEL="tiny",
+        **FAST,
+    ) as c:
         first = c.get("/v1/healthz")
         assert first.status_code == 200, first.text
         h = first.json()
@@ -66,8 +79,14 @@ def test_all_ok_with_every_dependency_up(stack, llm_url):
         second = c.get("/v1/healthz").json()
         assert second["uptime_s"] >= h["uptime_s"] > 0
         assert c.get("/v1/version").json()["model"] == "tiny"
-        assert c.get("/v1/health").json() == {"server_version": __version__, "policy_version": POLICY_VERSION,
-                                               "status": "ok", "name": NAME, "version": __version__, "degraded": []}
+        assert c.get("/v1/health").json() == {
+            "server_version": __version__,
+            "policy_version": POLICY_VERSION,
+            "status": "ok",
+            "name": NAME,
+            "version": __version__,
+            "degraded": [],
+        }
         hc = c.get("/healthcheck").json()
         assert hc["status"] == "ok" and hc["redis"] is True and hc["chroma"] is True
         # last_error names the last 5xx when every check passes.
@@ -77,8 +96,9 @@ def test_all_ok_with_every_dependency_up(stack, llm_url):
 
 def test_degraded_dependencies_answer_200_and_say_what(stack, llm_url):
     dead = f"http://127.0.0.1:{free_port()}"
-    with contract_server(REDIS_URL=stack.redis_url, CHROMA_URL=dead, OPENAI_BASE_URL=llm_url,
-                         OPENAI_API_KEY="sk-wrong", **FAST) as c:
+    with contract_server(
+        REDIS_URL=stack.redis_url, CHROMA_URL=dead, OPENAI_BASE_URL=llm_url, OPENAI_API_KEY="sk-wrong", **FAST
+    ) as c:
         r = c.get("/v1/healthz")
         assert r.status_code == 200, r.text
         h = r.json()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from api.contract.auth import caller_identity
 from api.contract.idempotency import KEY_PREFIX, IdempotencyStore, fingerprint
 from tests.api.contract_support import assert_error, contract_server
+from tests.stack import wait_for
 
 TOKENS = "idem-token-a,idem-token-b"
 A = {"Authorization": "Bearer idem-token-a"}
@@ -21,8 +21,14 @@ B = {"Authorization": "Bearer idem-token-b"}
 
 @pytest.fixture(scope="module")
 def client(redis_url):
-    with contract_server(REDIS_URL=redis_url, AUTH_ENABLED="true", AUTH_TOKENS=TOKENS, IDEMPOTENCY_TTL_S="600",
-                         RATE_BURST="100000", RATE_LIMIT="1000/second") as c:
+    with contract_server(
+        REDIS_URL=redis_url,
+        AUTH_ENABLED="true",
+        AUTH_TOKENS=TOKENS,
+        IDEMPOTENCY_TTL_S="600",
+        RATE_BURST="100000",
+        RATE_LIMIT="1000/second",
+    ) as c:
         yield c
 
 
@@ -36,8 +42,11 @@ def test_same_key_and_body_replays_the_first_response(client, redis_client):
     assert first.status_code == 202, first.text
     assert "idempotent-replayed" not in first.headers
     # Same body with other key order and spacing: the same request.
-    again = client.post("/v1/demo/sleep", content=b'{ "step_s": 0,  "steps": 1 }',
-                        headers={**A, "Idempotency-Key": k, "content-type": "application/json"})
+    again = client.post(
+        "/v1/demo/sleep",
+        content=b'{ "step_s": 0,  "steps": 1 }',
+        headers={**A, "Idempotency-Key": k, "content-type": "application/json"},
+    )
     assert again.status_code == 202
     assert again.headers["idempotent-replayed"] == "true"
     assert again.json() == first.json()
@@ -49,24 +58,31 @@ def test_same_key_and_body_replays_the_first_response(client, redis_client):
     assert 500 < redis_client.ttl(stored) <= 600  # IDEMPOTENCY_TTL_S
 
 
-def test_same_key_while_in_flight_is_409(client):
+def test_same_key_while_in_flight_is_409(client, redis_client):
     k = key()
+    stored = IdempotencyStore.redis_key(caller_identity("idem-token-a", None), k)
     results = {}
+    body = {"name": "slow", "delay_s": 3.0}
 
     def slow():
-        results["first"] = client.post("/test/jobs", json={"name": "slow", "delay_s": 1.0},
-                                       headers={**A, "Idempotency-Key": k})
+        results["first"] = client.post("/test/jobs", json=body, headers={**A, "Idempotency-Key": k})
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.3)
-    r = client.post("/test/jobs", json={"name": "slow", "delay_s": 1.0}, headers={**A, "Idempotency-Key": k})
+    # The first request has claimed the key (its record says in flight) before the second is sent.
+    wait_for(
+        lambda: (raw := redis_client.get(stored)) and json.loads(raw)["state"] == "in_flight",
+        timeout_s=10,
+        interval_s=0.02,
+        what="the first request's in-flight claim",
+    )
+    r = client.post("/test/jobs", json=body, headers={**A, "Idempotency-Key": k})
     t.join()
     assert_error(r, 409, "CONFLICT", retryable=True)
     assert r.headers["retry-after"] == "1"
     assert results["first"].status_code == 202
     # Once the first is done, the same request replays it.
-    replay = client.post("/test/jobs", json={"name": "slow", "delay_s": 1.0}, headers={**A, "Idempotency-Key": k})
+    replay = client.post("/test/jobs", json=body, headers={**A, "Idempotency-Key": k})
     assert replay.status_code == 202 and replay.json()["job_id"] == results["first"].json()["job_id"]
 
 
@@ -80,7 +96,7 @@ def test_same_key_with_another_body_is_422(client):
     assert_error(r, 422, "UNPROCESSABLE")
 
 
-@pytest.mark.parametrize("bad", ["", "\"   \"", '""', "x" * 256, "naïve"])
+@pytest.mark.parametrize("bad", ["", '"   "', '""', "x" * 256, "naïve"])
 def test_empty_or_malformed_key_is_400(client, bad):
     r = client.post("/test/jobs", json={"name": "x"}, headers={**A, "Idempotency-Key": bad.encode()})
     assert_error(r, 400, "BAD_REQUEST")
@@ -137,9 +153,11 @@ def test_fingerprint_ignores_what_retries_vary():
     assert j1 != fingerprint("POST", "/v1/y", b"", "application/json", b'{"a": 1, "b": [1, 2]}')
 
     def multipart(boundary: str) -> bytes:
-        return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"brand\"\r\n\r\n北の誉\r\n"
-                f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n"
-                f"Content-Type: image/png\r\n\r\n\x89PNG...\r\n--{boundary}--\r\n").encode()
+        return (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="brand"\r\n\r\n北の誉\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\n'
+            f"Content-Type: image/png\r\n\r\n\x89PNG...\r\n--{boundary}--\r\n"
+        ).encode()
 
     m1 = fingerprint("POST", "/v1/ingest", b"", "multipart/form-data; boundary=aaa111", multipart("aaa111"))
     m2 = fingerprint("POST", "/v1/ingest", b"", 'multipart/form-data; boundary="zzz999"', multipart("zzz999"))
@@ -160,7 +178,11 @@ def test_retention_is_configurable(redis_url):
             claim = await store.claim("t:x", "ret-key", "fp", lease_s=30)
             await store.complete(claim, "fp", 202, [("content-type", "application/json")], b'{"ok":true}')
             replay = await store.claim("t:x", "ret-key", "fp", lease_s=30)
-            await asyncio.sleep(1.3)
+            assert 0 < await r.pttl(store.redis_key("t:x", "ret-key")) <= 1000
+            for _ in range(100):  # until Redis has expired it (TTL 1 s), not a fixed pause
+                if not await r.exists(store.redis_key("t:x", "ret-key")):
+                    break
+                await asyncio.sleep(0.05)
             fresh = await store.claim("t:x", "ret-key", "fp", lease_s=30)
             return replay, fresh
         finally:
@@ -198,11 +220,25 @@ def test_record_is_complete_before_the_response_leaves(redis_url):
     async def run():
         r = aredis.Redis.from_url(redis_url, decode_responses=True)
         stored_key = IdempotencyStore.redis_key(caller_identity(None, "10.1.2.3"), k)
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/test/labels", "raw_path": b"/test/labels", "query_string": b"",
-                 "root_path": "", "client": ("10.1.2.3", 5000), "server": ("testserver", 80),
-                 "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
-                             (b"content-length", str(len(body)).encode()), (b"idempotency-key", k.encode())]}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/test/labels",
+            "raw_path": b"/test/labels",
+            "query_string": b"",
+            "root_path": "",
+            "client": ("10.1.2.3", 5000),
+            "server": ("testserver", 80),
+            "headers": [
+                (b"host", b"testserver"),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"idempotency-key", k.encode()),
+            ],
+        }
         sent = False
 
         async def receive():

@@ -1,5 +1,5 @@
-"""Per-route limits: time limits (408) and body caps (413), declared by a route or by operators
-(ROUTE_POLICIES), and the seeds' numbers for routes other modules own."""
+"""Per-route limits: time limits (408) and body caps (413), declared once by a route or by
+operators (ROUTE_POLICIES)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import pytest
 from fastapi import APIRouter, FastAPI
 
 from api.contract import contract
-from api.contract.policy import SEED_DEFAULTS
 from api.contract.routing import RouteIndex
 from api.schemas import Envelope
-from tests.api.contract_support import assert_error, contract_server
+from tests.api.contract_support import assert_error, build_app, contract_server
 from yana.settings import Settings
 
 FAST = {"RATE_BURST": "100000", "RATE_LIMIT": "1000/second"}
@@ -44,34 +43,54 @@ def test_default_time_limit_applies_to_every_route(redis_url):
 def _route_app() -> FastAPI:
     app = FastAPI()
     router = APIRouter()
-    for op in ("search", "chat", "ingest", "reembed", "retrieve", "other"):
-        status = 202 if op in ("ingest", "reembed") else 200
+    for op in ("job", "other"):
+        status = 202 if op == "job" else 200
 
         async def handler() -> dict:
             return {}
 
-        router.add_api_route(f"/v1/{op}", handler, methods=["POST"], operation_id=op, status_code=status,
-                             response_model=Envelope)
-    router.add_api_route("/v1/own", handler, methods=["POST"], operation_id="own", response_model=Envelope,
-                         openapi_extra=contract(timeout_s=1.5, rate="10/second", burst=3, max_body_bytes=10))
+        router.add_api_route(
+            f"/v1/{op}", handler, methods=["POST"], operation_id=op, status_code=status, response_model=Envelope
+        )
+    router.add_api_route(
+        "/v1/own",
+        handler,
+        methods=["POST"],
+        operation_id="own",
+        response_model=Envelope,
+        openapi_extra=contract(timeout_s=1.5, rate="10/second", burst=3, max_body_bytes=10),
+    )
     app.include_router(router)
     return app
 
 
-def test_seed_numbers_are_the_defaults_of_their_routes():
+def test_each_route_declares_its_numbers_once():
     settings = Settings(chat_timeout_ms=11000, request_timeout_s=30)
-    index = RouteIndex(_route_app(), settings)
+    index = RouteIndex(build_app(with_probes=False), settings)
     by_op = {index.policy_of(rc).operation_id: index.policy_of(rc) for rc in index.routes()}
-    assert by_op["search"].timeout(settings) == 2.0                      # seed 000: search <= 2 s
-    assert by_op["chat"].timeout(settings) == 12.0                       # CHAT_TIMEOUT_MS + 1 s grace
+    assert by_op["search"].timeout(settings) == by_op["search_get"].timeout(settings) == 2.0
+    assert by_op["chat"].timeout(settings) == by_op["chat_legacy"].timeout(settings) == 12.0  # + 1 s grace
     assert by_op["ingest"].body_cap == 50 * 1024 * 1024 and by_op["ingest"].idempotent
     assert by_op["ingest"].policy.replay_dedup
-    assert by_op["reembed"].idempotent
-    assert by_op["retrieve"].policy.schema_error_status == 422          # seed 002
-    assert by_op["other"].timeout(settings) == 30 and not by_op["other"].idempotent
+    assert by_op["reembed"].idempotent and by_op["demo_sleep"].idempotent  # POST answering 202
+    assert by_op["get_job"].timeout(settings) is None  # Prefer: wait bounds itself
+    assert by_op["list_jobs"].timeout(settings) == 30 and not by_op["list_jobs"].idempotent
+    assert {op for op, rp in by_op.items() if rp.policy.public} == {"version", "healthz", "health", "healthcheck"}
+
+    index = RouteIndex(_route_app(), settings)
+    by_op = {index.policy_of(rc).operation_id: index.policy_of(rc) for rc in index.routes()}
+    assert by_op["job"].idempotent and not by_op["other"].idempotent
+    assert by_op["other"].timeout(settings) == 30
     own = by_op["own"]
     assert own.timeout(settings) == 1.5 and own.body_cap == 10 and own.bucket == "own"
-    assert set(SEED_DEFAULTS) >= {"search", "chat", "ingest"}
+
+
+def test_operators_cannot_make_a_route_public():
+    settings = Settings(route_policies={"search": {"public": True, "timeout_s": 1}, "version": {"public": False}})
+    index = RouteIndex(build_app(with_probes=False), settings)
+    by_op = {index.policy_of(rc).operation_id: index.policy_of(rc) for rc in index.routes()}
+    assert not by_op["search"].policy.public and by_op["search"].timeout(settings) == 1
+    assert by_op["version"].policy.public
 
 
 def test_contract_rejects_unknown_fields():

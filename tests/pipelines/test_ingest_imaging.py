@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from pipelines import imaging
-from yana.datagen import images
+from tools.datagen import images
 from yana.errors import YanaError
 
 LIMITS = {"max_bytes": 2_000_000, "max_pixels": 4_000_000}
@@ -19,16 +19,32 @@ LIMITS = {"max_bytes": 2_000_000, "max_pixels": 4_000_000}
 
 @pytest.fixture(scope="module")
 def label():
-    return images.render_label({"category": "sake", "brand_name": "雪の鶴", "product_name": "純米吟醸",
-                                "brewery": "山田酒造", "region": "新潟", "label_features": ["辛口"]}, seed=3)
+    return images.render_label(
+        {
+            "category": "sake",
+            "brand_name": "雪の鶴",
+            "product_name": "純米吟醸",
+            "brewery": "山田酒造",
+            "region": "新潟",
+            "label_features": ["辛口"],
+        },
+        seed=3,
+    )
 
 
 def _png_header_only(w: int, h: int) -> bytes:
     """A tiny PNG whose header claims w x h pixels (a decompression bomb's shape)."""
+
     def chunk(tag, data):
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
     raw = zlib.compress(b"\x00" * 1000)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", raw)
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "GIF"])
@@ -95,8 +111,11 @@ def test_generated_variants_stay_near_and_distinct_labels_stay_far():
     metas = images.label_set(60, seed=11)
     imgs = [images.render_label(m, seed=i) for i, m in enumerate(metas)]
     hashes = [imaging.phash_hex(im) for im in imgs]
-    far = [imaging.hamming(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1:]]
+    far = [imaging.hamming(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1 :]]
     assert min(far) > 10
-    near = [imaging.hamming(imaging.phash_hex(v.image), hashes[i])
-            for i, im in enumerate(imgs[:20]) for v in images.variants(im, seed=i, kinds=("jpeg", "resize", "brightness"))]
+    near = [
+        imaging.hamming(imaging.phash_hex(v.image), hashes[i])
+        for i, im in enumerate(imgs[:20])
+        for v in images.variants(im, seed=i, kinds=("jpeg", "resize", "brightness"))
+    ]
     assert max(near) <= 10

@@ -27,7 +27,11 @@ def _flip(code: int, n: int, rng) -> int:
 @pytest.fixture()
 def keys():
     tag = uuid.uuid4().hex[:8]
-    return {"log_key": f"test:phash:{tag}:log", "sha1_key": f"test:phash:{tag}:sha1"}
+    return {
+        "log_key": f"test:phash:{tag}:log",
+        "sha1_key": f"test:phash:{tag}:sha1",
+        "sig_key": f"test:phash:{tag}:sig",
+    }
 
 
 @pytest.mark.parametrize("threshold", [0, 3, 8, 10, 12])
@@ -84,6 +88,50 @@ def test_lua_tail_scan_sees_inserts_the_process_has_not_synced(redis_client, key
     b.sync = lambda: 0  # b's copy is behind: only the script's scan of the log tail can see a's insert
     out = b.check_and_insert("00000000000000fe", _sha("b"), "x:1")
     assert (out.status, out.label_id, out.distance) == ("dedup", f"label_{_sha('a')[:16]}", 1)
+
+
+class _Recorder:
+    """A second stage that records what it was asked and answers from a fixed set of labels."""
+
+    def __init__(self, same: set[str]):
+        self.same, self.calls = same, []
+
+    def __call__(self, candidates):
+        self.calls.append(candidates)
+        for label_id, distance, _entry in candidates:
+            if label_id in self.same:
+                return type("M", (), {"label_id": label_id, "distance": distance, "score": 0.5})()
+        return None
+
+
+def test_candidates_within_the_radius_go_to_the_verifier(redis_client, keys):
+    idx = PHashIndex(redis_client, 4, radius=12, **keys)
+    a = idx.check_and_insert("ffff0000ffff0000", _sha("a"), "x:0", entry="sig-a")
+    rec = _Recorder(set())
+    far = idx.check_and_insert("ffff0000ffff03ff", _sha("b"), "x:1", entry="sig-b", verify=rec)  # distance 10
+    assert far.status == "indexed" and far.candidates == 1
+    assert rec.calls == [[(a.label_id, 10, "sig-a")]], "beyond the threshold, within the radius: judged"
+    rec = _Recorder({a.label_id})
+    near = idx.check_and_insert("ffff0000ffff0001", _sha("c"), "x:2", verify=rec)
+    assert (near.status, near.label_id, near.distance, near.score) == ("dedup", a.label_id, 1, 0.5)
+    assert idx.remove(_sha("b")) and redis_client.hget(keys["sig_key"], _sha("b")[:16]) is None
+
+
+def test_a_candidate_appended_after_the_callers_copy_is_judged_before_inserting(redis_client, keys):
+    """The atomic step: b's copy is behind; the script finds a's record in the log tail and hands
+    it to b's verifier instead of inserting; rejected, the next call inserts."""
+    a = PHashIndex(redis_client, 4, radius=12, **keys)
+    b = PHashIndex(redis_client, 4, radius=12, **keys)
+    b.sync()
+    first = a.check_and_insert("00000000000000ff", _sha("a"), "x:0", entry="sig-a")
+    b.sync = lambda: 0
+    rec = _Recorder(set())
+    out = b.check_and_insert("0000000000000fff", _sha("b"), "x:1", entry="sig-b", verify=rec)
+    assert out.status == "indexed"
+    assert rec.calls == [[(first.label_id, 4, "sig-a")]], "only the script saw it: judged, then inserted"
+    rec = _Recorder({first.label_id})
+    out = b.check_and_insert("00000000000000fe", _sha("c"), "x:2", verify=rec)
+    assert (out.status, out.label_id) == ("dedup", first.label_id)
 
 
 def test_removal_is_seen_by_other_processes(redis_client, keys):

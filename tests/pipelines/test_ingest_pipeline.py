@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from pipelines import imaging, ingest, lexical, phash_index, reembed, vector_index
 from pipelines.embedding import get_embedder
 from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
-from yana.datagen import images
+from tools.datagen import images
 from yana.errors import YanaError
 
 METAS = images.label_set(12, seed=5)
@@ -53,13 +52,17 @@ def test_ingest_mixed_batch(env):
         _stage(env, job.job_id, 5, b"\xff\xd8\xff\xe0" + b"\x00" * 100),  # corrupt
         {"kind": "file", "path": "file:///etc/passwd"},  # outside the import folder
     ]
-    items = [_item(i, src, METAS[min(i, 2)]) for i, src in enumerate(sources)]
+    # the near duplicate (3) is sent with its original's fields: other fields would make it a
+    # different label whatever the image (the fields rule of the second stage)
+    fields_of = [0, 1, 2, 0, 1, 2, 2]
+    items = [_item(i, src, METAS[fields_of[i]]) for i, src in enumerate(sources)]
     docs = [{"id": "memo-1", "text": "蔵見学の記録。" * 5, "metadata": {"category": "sake", "author": "x"}}]
     res = ingest.run_ingest(job, items=items, documents=docs, r=env.r, chroma=env.chroma, s=env.s)
 
     assert (res["indexed"], res["dedup"], res["failed"], res["documents"]) == (3, 2, 2, 1)
     by = {o["index"]: o for o in res["items"]}
     assert by[3]["dedup"] and by[3]["dedup_of"] == by[0]["id"] and 0 < by[3]["distance"] <= 10
+    assert 0 <= by[3]["verifier_score"] <= 1.0, "a near duplicate goes through the verifier"
     assert by[4]["dedup"] and by[4]["dedup_of"] == by[1]["id"] and by[4]["distance"] == 0
     assert by[5]["error"]["code"] == "CORRUPT_IMAGE" and by[5]["id"] is None
     assert by[6]["error"]["code"] == "PATH_NOT_ALLOWED"
@@ -120,8 +123,13 @@ def test_document_update_removes_stale_chunks(env):
     ingest.run_ingest(FakeJob("d1"), documents=[{"id": "doc", "text": long}], r=env.r, chroma=env.chroma, s=s)
     col, _ = vector_index.active_collection(env.chroma, env.r)
     assert len(col.get(where={"doc_id": "doc"})["ids"]) > 5
-    res = ingest.run_ingest(FakeJob("d2"), documents=[{"id": "doc", "text": "短い本文。"}, {"id": "", "text": "x"}],
-                            r=env.r, chroma=env.chroma, s=s)
+    res = ingest.run_ingest(
+        FakeJob("d2"),
+        documents=[{"id": "doc", "text": "短い本文。"}, {"id": "", "text": "x"}],
+        r=env.r,
+        chroma=env.chroma,
+        s=s,
+    )
     assert res["documents"] == 1 and res["failed"] == 1
     assert col.get(where={"doc_id": "doc"}, include=["documents"])["documents"] == ["短い本文。"]
 
@@ -167,8 +175,13 @@ def test_url_sources_are_fetched_only_where_allowed(redis_url, tmp_path, image_s
     assert e.value.code == "FETCH_TOO_LARGE"
 
     private = allowed.s.model_copy(update={"fetch_allow": []})
-    res = ingest.run_ingest(FakeJob("u3"), items=items + [_item(1, {"kind": "url", "url": f"{image_server}/label.jpg"}, METAS[7])],
-                            r=allowed.r, chroma=allowed.chroma, s=private)
+    res = ingest.run_ingest(
+        FakeJob("u3"),
+        items=items + [_item(1, {"kind": "url", "url": f"{image_server}/label.jpg"}, METAS[7])],
+        r=allowed.r,
+        chroma=allowed.chroma,
+        s=private,
+    )
     assert [o["error"]["code"] for o in res["items"]] == ["URL_NOT_ALLOWED", "URL_NOT_ALLOWED"]
 
 

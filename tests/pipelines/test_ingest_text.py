@@ -12,7 +12,10 @@ from pipelines import chunking, labels
 @pytest.mark.parametrize("max_chars", [1, 7, 50, 2000])
 def test_chunks_respect_the_limit_and_keep_the_text(max_chars):
     rng = random.Random(max_chars)
-    sentences = ["".join(rng.choice("あいうえお酒米水麹") for _ in range(rng.randint(1, 90))) + rng.choice("。！？\n") for _ in range(60)]
+    sentences = [
+        "".join(rng.choice("あいうえお酒米水麹") for _ in range(rng.randint(1, 90))) + rng.choice("。！？\n")
+        for _ in range(60)
+    ]
     text = "".join(sentences)
     chunks = chunking.chunk_text(text, max_chars)
     assert chunks and all(0 < len(c) <= max_chars for c in chunks)
@@ -27,16 +30,30 @@ def test_short_text_is_one_chunk_and_empty_text_none():
 
 
 def test_label_text_uses_every_field():
-    rec = {"category": "juice", "brand_name": "みかん畑", "product_name": "ストレート", "brewery": "青空農園",
-           "region": "愛媛", "label_features": ["無添加", "濃厚"], "text": "冷やしてどうぞ"}
+    rec = {
+        "category": "juice",
+        "brand_name": "みかん畑",
+        "product_name": "ストレート",
+        "brewery": "青空農園",
+        "region": "愛媛",
+        "label_features": ["無添加", "濃厚"],
+        "text": "冷やしてどうぞ",
+    }
     text = labels.label_text(rec)
     for part in ("ジュース", "みかん畑", "ストレート", "メーカー: 青空農園", "愛媛", "無添加、濃厚", "冷やしてどうぞ"):
         assert part in text
 
 
 def test_metadata_round_trip_keeps_features_as_a_list():
-    rec = {"id": "label_0123456789abcdef", "source": "label", "category": "sake", "brand_name": "獺祭",
-           "label_features": ["フルーティ", "華やか、甘口", " "], "ingested_at_ts": 12.5, "extra": {"no": "dicts"}}
+    rec = {
+        "id": "label_0123456789abcdef",
+        "source": "label",
+        "category": "sake",
+        "brand_name": "獺祭",
+        "label_features": ["フルーティ", "華やか、甘口", " "],
+        "ingested_at_ts": 12.5,
+        "extra": {"no": "dicts"},
+    }
     md = labels.to_metadata(rec)
     assert all(isinstance(v, (str, int, float, bool)) for v in md.values()), md
     assert set(labels.SCHEMA_KEYS) <= set(md)

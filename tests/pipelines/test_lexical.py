@@ -47,7 +47,9 @@ def test_index_replace_and_remove_keep_keys_consistent(redis_client, coll):
     r = redis_client
     p = lexical.prefix(coll)
     emb = np.ones(8, dtype=np.float32)
-    lexical.index_chunks(r, coll, [_chunk("a", "獺祭 純米大吟醸", region="山口", ingested_at_ts=1.0) | {"embedding": emb}])
+    lexical.index_chunks(
+        r, coll, [_chunk("a", "獺祭 純米大吟醸", region="山口", ingested_at_ts=1.0) | {"embedding": emb}]
+    )
     lexical.index_chunks(r, coll, [_chunk("b", "北の誉 小樽", region="小樽", ingested_at_ts=2.0)])
     assert lexical.count(r, coll) == 2
     seq = lexical.current_seq(r, coll)
@@ -73,7 +75,9 @@ def test_index_replace_and_remove_keep_keys_consistent(redis_client, coll):
 
 
 def test_index_text_drops_field_names_and_adds_missing_fields():
-    text = lexical.index_text("カテゴリ: 日本酒\n銘柄: 獺祭\n地域: 山口", {"category": "sake", "region": "山口", "brewery": "旭酒造"})
+    text = lexical.index_text(
+        "カテゴリ: 日本酒\n銘柄: 獺祭\n地域: 山口", {"category": "sake", "region": "山口", "brewery": "旭酒造"}
+    )
     assert "銘柄" not in text and "獺祭" in text
     assert "sake" in text and "旭酒造" in text
     assert text.count("山口") == 1

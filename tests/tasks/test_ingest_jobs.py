@@ -4,6 +4,8 @@ race between two workers, and a re-embed with an alias swap."""
 from __future__ import annotations
 
 import random
+from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,7 +14,9 @@ import redis
 from pipelines import imaging, vector_index
 from tests.pipelines.ingest_support import build_tiny_st_model
 from tests.stack import start_stack, wait_for, wait_job
-from yana.datagen import images
+from tools.datagen import images
+
+pytestmark = pytest.mark.stack  # starts its own processes
 
 THRESHOLD = 10
 
@@ -38,7 +42,14 @@ def _files(rows, prefix):
 
 @pytest.fixture(scope="module")
 def jstack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("ingest-jobs"), PHASH_THRESHOLD=str(THRESHOLD), INGEST_BATCH_SIZE="8")
+    # MODELS_DIR is the tests' shared one (conftest): the converted model is built once there,
+    # and the re-embed test puts its tiny model in it.
+    s = start_stack(
+        tmp_path_factory.mktemp("ingest-jobs"),
+        PHASH_THRESHOLD=str(THRESHOLD),
+        PHASH_CANDIDATE_RADIUS=str(THRESHOLD),
+        INGEST_BATCH_SIZE="8",
+    )
     yield s
     s.stop()
 
@@ -59,6 +70,12 @@ def _collection(jstack):
     return vector_index.open_collection(chroma, vector_index.active_name(r))
 
 
+def _count(jstack) -> int:
+    """Chunks in the active collection; 0 before anything was indexed (runs alone too)."""
+    r = redis.Redis.from_url(jstack.redis_url, decode_responses=True)
+    return _collection(jstack).count() if vector_index.active_name(r) else 0
+
+
 def test_kill9_during_a_200_image_job_indexes_each_image_once(jstack, client):
     rows = distinct_labels(200, seed=1)
     victim = jstack.start_worker(name="worker-victim")
@@ -67,8 +84,11 @@ def test_kill9_during_a_200_image_job_indexes_each_image_once(jstack, client):
     r = client.post("/v1/ingest", files=_files(rows, "bulk"), data={"category": "sake", "brand_name": "バルク"})
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
-    wait_for(lambda: (client.get(f"/v1/jobs/{job_id}").json()["progress"] or {}).get("done", 0) >= 40,
-             timeout_s=120, what="job a fifth done")
+    wait_for(
+        lambda: (client.get(f"/v1/jobs/{job_id}").json()["progress"] or {}).get("done", 0) >= 40,
+        timeout_s=120,
+        what="job a fifth done",
+    )
     jstack.kill(victim)
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
     jstack.start_worker(name="worker-after")
@@ -91,39 +111,56 @@ def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
     rng = random.Random(5)
     kinds = ("jpeg", "resize", "brightness")
     twins = []
-    for k, (meta, data, ph) in enumerate(base):
+    for k, (meta, data, _ph) in enumerate(base):
         img = imaging.decode_image(data, max_bytes=10**7, max_pixels=10**8).image
         v = images.variant(img, kinds[k % 3], rng).image
         twins.append((meta, images.encode(v, "JPEG", 80), imaging.phash_hex(v)))
-    before = _collection(jstack).count()
+    before = _count(jstack)
     a = client.post("/v1/ingest", files=_files(base, "a"), data={"category": "juice"})
     b = client.post("/v1/ingest", files=_files(twins, "b"), data={"category": "juice"})
-    ra = wait_job(client, a.json()["job_id"], 120)["result"]["items"]
-    rb = wait_job(client, b.json()["job_id"], 120)["result"]["items"]
-    indexed = 0
-    for oa, ob, (_m, _d, pa), (_m2, _d2, pb) in zip(ra, rb, base, twins):
+    ja = wait_job(client, a.json()["job_id"], 120)
+    jb = wait_job(client, b.json()["job_id"], 120)
+    # A race only if the two jobs ran at the same time, on different workers: run one after the
+    # other, the check below would pass without any atomicity.
+    assert ja["started_at"] < jb["finished_at"] and jb["started_at"] < ja["finished_at"], (ja, jb)
+    assert len(jstack.workers()) == 2
+    ra, rb = ja["result"]["items"], jb["result"]["items"]
+
+    def verified(query: bytes, stored: bytes) -> bool:  # the second stage, as the worker runs it
+        decode = partial(imaging.decode_image, max_bytes=10**7, max_pixels=10**8)
+        return imaging.verify(decode(query).image, imaging.signature(decode(stored).image)) <= 1.0
+
+    indexed = merged = 0
+    for oa, ob, (_m, da, _pa), (_m2, db, _pb) in zip(ra, rb, base, twins, strict=True):
         assert not oa["error"] and not ob["error"]
-        if imaging.hamming(oa["phash"], ob["phash"]) <= THRESHOLD:
+        near = imaging.hamming(oa["phash"], ob["phash"]) <= THRESHOLD
+        same = (verified(db, da), verified(da, db))  # whichever of the two is inserted first
+        if near and all(same):
             assert [oa["dedup"], ob["dedup"]].count(True) == 1, (oa, ob)
+        elif not near or not any(same):
+            assert not oa["dedup"] and not ob["dedup"], (oa, ob)
+        if oa["dedup"] or ob["dedup"]:
             winner, loser = (ob, oa) if oa["dedup"] else (oa, ob)
             assert loser["dedup_of"] == winner["id"]
             assert loser["distance"] == imaging.hamming(loser["phash"], winner["phash"])
-            indexed += 1
-        else:
-            assert not oa["dedup"] and not ob["dedup"]
-            indexed += 2
-    assert indexed >= 24
+            assert loser["verifier_score"] <= 1.0
+            merged += 1
+        indexed += 2 - (oa["dedup"] or ob["dedup"])
+    assert merged >= 16, "most twins are caught (the race is exercised)"
     assert _collection(jstack).count() == before + indexed
 
 
-def test_reembed_job_swaps_the_alias_and_keeps_the_old_collection(jstack, client, tmp_path):
-    missing = client.post("/v1/reembed", json={"model": "no-such-org/no-such-model"})
+def test_reembed_job_swaps_the_alias_and_keeps_the_old_collection(jstack, client):
+    models_dir = Path(jstack.env["MODELS_DIR"])
+    missing = client.post("/v1/reembed", json={"model": str(models_dir / "no-such-model")})
     assert missing.status_code == 422 and missing.json()["error"]["code"] == "MODEL_UNAVAILABLE"
+    outside = client.post("/v1/reembed", json={"model": "/etc"})
+    assert outside.status_code == 422 and outside.json()["error"]["code"] == "MODEL_NOT_ALLOWED"
 
     old = client.get("/v1/collections").json()
     old_name = old["active"]
     old_count = next(c["count"] for c in old["collections"] if c["name"] == old_name)
-    tiny = build_tiny_st_model(tmp_path / "tiny")
+    tiny = build_tiny_st_model(models_dir / "tiny")
     r = client.post("/v1/reembed", json={"model": tiny})
     assert r.status_code == 202, r.text
     job = wait_job(client, r.json()["job_id"], 180)
@@ -137,8 +174,12 @@ def test_reembed_job_swaps_the_alias_and_keeps_the_old_collection(jstack, client
 
     # a new image now goes into the new collection with the new model's vectors
     meta, data, _ = distinct_labels(1, seed=77)[0]
-    res = wait_job(client, client.post("/v1/ingest", files={"file": ("n.jpg", data, "image/jpeg")},
-                                       data={"category": "sake"}).json()["job_id"])["result"]
+    res = wait_job(
+        client,
+        client.post("/v1/ingest", files={"file": ("n.jpg", data, "image/jpeg")}, data={"category": "sake"}).json()[
+            "job_id"
+        ],
+    )["result"]
     assert res["indexed"] == 1
     assert _collection(jstack).get(where={"id": res["id"]})["ids"]
 

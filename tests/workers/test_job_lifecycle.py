@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.stack import wait_for, wait_job
@@ -18,7 +19,16 @@ def test_submit_progress_and_succeed(api):
     assert accepted["status"] == "queued" and accepted["status_url"].endswith(accepted["job_id"])
     job_id = accepted["job_id"]
 
-    running = wait_for(lambda: (j := api.get(f"/v1/jobs/{job_id}").json())["status"] == "running" and j, what="running")
+    # Running and past its first progress report (the claim sets "running" before the body reports).
+    running = wait_for(
+        lambda: (
+            (j := api.get(f"/v1/jobs/{job_id}").json())["status"] == "running"
+            and (j["progress"] or {}).get("stage") == "sleeping"
+            and j
+        ),
+        interval_s=0.05,
+        what="running with progress",
+    )
     assert running["progress"]["total"] == 8 and running["progress"]["stage"] == "sleeping"
     assert running["attempts"] == 1
 
@@ -62,27 +72,47 @@ def test_correlation_reaches_job_record(api):
     assert job["run_id"] == "run-abc" and job["trace_id"] == "trace-def"
 
 
-def test_cancel_running_job(api):
-    job_id = submit(api, steps=200, step_s=0.1)["job_id"]
+def _worker_logged(stack, job_id: str, message: str) -> dict | None:
+    """The worker's JSON-lines log record for job_id whose message starts with `message`, if written."""
+    for svc in stack.workers():
+        for line in svc.log_path.read_text(errors="replace").splitlines():
+            if job_id in line and line.startswith("{"):
+                rec = json.loads(line)
+                if rec.get("msg", "").startswith(message):
+                    return rec
+    return None
+
+
+def test_cancel_running_job(api, stack):
+    job_id = submit(api, steps=200, step_s=0.1)["job_id"]  # 20 s if nothing stops it
     wait_for(lambda: api.get(f"/v1/jobs/{job_id}").json()["status"] == "running", what="running")
     r = api.delete(f"/v1/jobs/{job_id}")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
-    time.sleep(1.5)
+    # The task body itself stopped (not just the record saying so): the worker logs it at its next
+    # progress report, and the progress written so far stays where it was.
+    wait_for(
+        lambda: _worker_logged(stack, job_id, "job cancelled while running"),
+        timeout_s=10,
+        what="the worker to stop the cancelled task",
+    )
+    stopped_at = api.get(f"/v1/jobs/{job_id}").json()["progress"]["done"]
+    assert stopped_at < 200
+    # the worker is free again: a new job runs to the end, and the cancelled one did not move on
+    assert wait_job(api, submit(api, steps=1, step_s=0)["job_id"])["status"] == "succeeded"
     job = api.get(f"/v1/jobs/{job_id}").json()
     assert job["status"] == "cancelled" and job["result"] is None
-    assert job["progress"]["done"] < 200
-    # the worker is free again: a new job runs to the end
-    assert wait_job(api, submit(api, steps=1, step_s=0)["job_id"])["status"] == "succeeded"
+    assert job["progress"]["done"] == stopped_at
 
 
-def test_cancel_queued_job_never_runs(api):
+def test_cancel_queued_job_never_runs(api, stack):
     blocker = submit(api, steps=30, step_s=0.1)["job_id"]  # occupies the only worker slot
     queued = submit(api, steps=1, step_s=0)["job_id"]
     assert api.get(f"/v1/jobs/{queued}").json()["status"] == "queued"
     assert api.delete(f"/v1/jobs/{queued}").json()["status"] == "cancelled"
     assert api.delete(f"/v1/jobs/{queued}").status_code == 409
     wait_job(api, blocker)
-    time.sleep(1.0)
+    # The worker got the queued job's message and dropped it (a condition, not a pause).
+    wait_for(lambda: _worker_logged(stack, queued, "job not run"), timeout_s=20, what="the worker to skip it")
     job = api.get(f"/v1/jobs/{queued}").json()
     assert job["status"] == "cancelled" and job["started_at"] is None and job["attempts"] == 0
 

@@ -10,6 +10,7 @@ from tests.stack import wait_for, wait_job
 
 def test_kill9_mid_job_finishes_exactly_once(stack, api):
     r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    before = {j["id"] for j in api.get("/v1/jobs", params={"limit": 200}).json()["jobs"]}
     victim = stack.start_worker(name="worker-victim")
     # Park the session worker so the victim takes the job.
     for svc in [s for s in stack.workers() if s is not victim]:
@@ -26,15 +27,26 @@ def test_kill9_mid_job_finishes_exactly_once(stack, api):
     assert int(r.hget(EFFECTS, job_id)) == 1, "effect applied exactly once"
     active = r.smembers("yana:jobs:active")
     assert job_id not in active
-    non_terminal = [j for j in api.get("/v1/jobs", params={"limit": 200}).json()["jobs"] if j["status"] in ("queued", "running")]
+    # no job of this test left behind (jobs other tests queued may still be waiting their turn)
+    non_terminal = [
+        j
+        for j in api.get("/v1/jobs", params={"limit": 200}).json()["jobs"]
+        if j["status"] in ("queued", "running") and j["id"] not in before
+    ]
     assert non_terminal == []
 
 
 def test_job_that_keeps_losing_its_worker_fails_clearly(stack, api):
     job_id = api.post("/v1/demo/sleep", json={"steps": 200, "step_s": 0.1}).json()["job_id"]
     for attempt in (1, 2, 3):
-        wait_for(lambda: api.get(f"/v1/jobs/{job_id}").json()["attempts"] == attempt
-                 and api.get(f"/v1/jobs/{job_id}").json()["status"] == "running", timeout_s=60, what=f"attempt {attempt}")
+        wait_for(
+            lambda attempt=attempt: (
+                api.get(f"/v1/jobs/{job_id}").json()["attempts"] == attempt
+                and api.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+            ),
+            timeout_s=60,
+            what=f"attempt {attempt}",
+        )
         for svc in stack.workers():
             stack.kill(svc)
         stack.start_worker(name=f"worker-{attempt}")

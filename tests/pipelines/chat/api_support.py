@@ -8,20 +8,41 @@ import io
 
 import httpx
 
-from yana import processes
+from cli import processes
 
 LABELS = [
-    {"category": "sake", "brand_name": "北の誉", "product_name": "純米吟醸", "brewery": "北の誉酒造", "region": "小樽",
-     "label_features": ["辛口", "フルーティー"], "text": "小樽の蔵が造る、キレのある辛口の純米吟醸。"},
-    {"category": "sake", "brand_name": "田酒", "product_name": "特別純米", "brewery": "西田酒造店", "region": "青森",
-     "label_features": ["旨口", "米の香り"], "text": "青森の米の旨みが広がる特別純米酒。"},
-    {"category": "juice", "brand_name": "りんごの詩", "product_name": "ストレート果汁", "brewery": "弘前りんご園",
-     "region": "弘前", "label_features": ["無添加", "甘酸っぱい"], "text": "弘前のりんごを搾った無添加ストレートジュース。"},
+    {
+        "category": "sake",
+        "brand_name": "北の誉",
+        "product_name": "純米吟醸",
+        "brewery": "北の誉酒造",
+        "region": "小樽",
+        "label_features": ["辛口", "フルーティー"],
+        "text": "小樽の蔵が造る、キレのある辛口の純米吟醸。",
+    },
+    {
+        "category": "sake",
+        "brand_name": "田酒",
+        "product_name": "特別純米",
+        "brewery": "西田酒造店",
+        "region": "青森",
+        "label_features": ["旨口", "米の香り"],
+        "text": "青森の米の旨みが広がる特別純米酒。",
+    },
+    {
+        "category": "juice",
+        "brand_name": "りんごの詩",
+        "product_name": "ストレート果汁",
+        "brewery": "弘前りんご園",
+        "region": "弘前",
+        "label_features": ["無添加", "甘酸っぱい"],
+        "text": "弘前のりんごを搾った無添加ストレートジュース。",
+    },
 ]
 
 
 def _png_base64(fields: dict) -> str:
-    from yana.datagen.images import render_label
+    from tools.datagen.images import render_label
 
     buf = io.BytesIO()
     render_label(fields).save(buf, format="PNG")

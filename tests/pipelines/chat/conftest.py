@@ -14,12 +14,39 @@ from tests.pipelines.chat.openai_stub import OpenAIStub
 from yana.settings import Settings
 
 HITS = [
-    {"id": "label_1", "brand_name": "北の誉", "product_name": "純米吟醸", "brewery": "北の誉酒造", "region": "小樽",
-     "label_features": ["辛口", "フルーティー"], "file_path": "data/images/a.png", "score": 0.9, "category": "sake"},
-    {"id": "label_2", "brand_name": "田酒", "product_name": "特別純米", "brewery": "西田酒造店", "region": "青森",
-     "label_features": ["旨口"], "file_path": "data/images/b.png", "score": 0.8, "category": "sake"},
-    {"id": "label_3", "brand_name": "りんごの詩", "product_name": "ストレート果汁", "brewery": "青森りんご園",
-     "region": "弘前", "label_features": ["無添加"], "file_path": "data/images/c.png", "score": 0.5, "category": "juice"},
+    {
+        "id": "label_1",
+        "brand_name": "北の誉",
+        "product_name": "純米吟醸",
+        "brewery": "北の誉酒造",
+        "region": "小樽",
+        "label_features": ["辛口", "フルーティー"],
+        "file_path": "data/images/a.png",
+        "score": 0.9,
+        "category": "sake",
+    },
+    {
+        "id": "label_2",
+        "brand_name": "田酒",
+        "product_name": "特別純米",
+        "brewery": "西田酒造店",
+        "region": "青森",
+        "label_features": ["旨口"],
+        "file_path": "data/images/b.png",
+        "score": 0.8,
+        "category": "sake",
+    },
+    {
+        "id": "label_3",
+        "brand_name": "りんごの詩",
+        "product_name": "ストレート果汁",
+        "brewery": "青森りんご園",
+        "region": "弘前",
+        "label_features": ["無添加"],
+        "file_path": "data/images/c.png",
+        "score": 0.5,
+        "category": "juice",
+    },
 ]
 
 

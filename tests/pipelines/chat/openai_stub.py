@@ -80,107 +80,14 @@ class OpenAIStub:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "OpenAIStub":
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # quiet
-                pass
-
-            def setup(self):
-                super().setup()
-                # Headers and body go out in two writes: without this, Nagle + delayed ACK add ~40 ms.
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
-                data = json.dumps(payload, ensure_ascii=False).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def do_GET(self):  # noqa: N802
-                if self.path.rstrip("/").endswith("/models"):
-                    if stub.models_status != 200:
-                        self._send(stub.models_status, {"error": {"message": "down", "type": "server_error"}})
-                        return
-                    self._send(200, {"object": "list", "data": [
-                        {"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}]})
-                    return
-                self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
-
-            def do_POST(self):  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"_raw": raw.decode("utf-8", "replace")}
-                with stub._lock:
-                    stub.received.append(Received(self.path, dict(self.headers), body, time.monotonic()))
-                    b = stub.queue.popleft() if stub.queue else stub.default
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
-                    return
-                if b.kind == "stall":
-                    stub._stopping.wait(b.delay_s)
-                    self.close_connection = True
-                    return
-                if b.kind == "trickle":
-                    self._trickle(b, body)
-                    return
-                if b.delay_s:
-                    stub._stopping.wait(b.delay_s)
-                if b.kind == "status":
-                    kinds = {429: "rate_limit_error", 408: "timeout", 401: "authentication_error"}
-                    err = {"error": {"message": f"stub status {b.status}",
-                                     "type": kinds.get(b.status, "server_error"), "code": str(b.status)}}
-                    self._send(b.status, err, {"Retry-After": "1"} if b.status == 429 else None)
-                    return
-                self._send(200, self._completion(b, body))
-
-            def _completion(self, b: Behaviour, body: dict) -> dict:
-                n = len(stub.received)
-                return {
-                    "id": f"chatcmpl-stub-{n}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": body.get("model", "stub-model"),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": b.text},
-                                 "finish_reason": b.finish_reason, "logprobs": None}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": len(b.text), "total_tokens": 10 + len(b.text)},
-                }
-
-            def _trickle(self, b: Behaviour, body: dict) -> None:
-                data = json.dumps(self._completion(b, body), ensure_ascii=False).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    for i in range(len(data)):
-                        if stub._stopping.wait(b.delay_s):
-                            break
-                        self.wfile.write(data[i:i + 1])
-                        self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                self.close_connection = True
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    def start(self) -> OpenAIStub:
+        handler = type("Handler", (_StubHandler,), {"stub": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True).start()
         return self
 
-    def script(self, *behaviours: Behaviour) -> "OpenAIStub":
+    def script(self, *behaviours: Behaviour) -> OpenAIStub:
         with self._lock:
             self.queue.extend(behaviours)
         return self
@@ -199,3 +106,115 @@ class OpenAIStub:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    """Speaks enough of the OpenAI wire format for the chat client; `stub` says how to answer."""
+
+    protocol_version = "HTTP/1.1"
+    stub: OpenAIStub
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def setup(self):
+        super().setup()
+        # Headers and body go out in two writes: without this, Nagle + delayed ACK add ~40 ms.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_GET(self):  # noqa: N802
+        if self.path.rstrip("/").endswith("/models"):
+            if self.stub.models_status != 200:
+                self._send(self.stub.models_status, {"error": {"message": "down", "type": "server_error"}})
+                return
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}],
+                },
+            )
+            return
+        self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        with self.stub._lock:
+            self.stub.received.append(Received(self.path, dict(self.headers), body, time.monotonic()))
+            b = self.stub.queue.popleft() if self.stub.queue else self.stub.default
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        if b.kind == "stall":
+            self.stub._stopping.wait(b.delay_s)
+            self.close_connection = True
+            return
+        if b.kind == "trickle":
+            self._trickle(b, body)
+            return
+        if b.delay_s:
+            self.stub._stopping.wait(b.delay_s)
+        if b.kind == "status":
+            kinds = {429: "rate_limit_error", 408: "timeout", 401: "authentication_error"}
+            err = {
+                "error": {
+                    "message": f"stub status {b.status}",
+                    "type": kinds.get(b.status, "server_error"),
+                    "code": str(b.status),
+                }
+            }
+            self._send(b.status, err, {"Retry-After": "1"} if b.status == 429 else None)
+            return
+        self._send(200, self._completion(b, body))
+
+    def _completion(self, b: Behaviour, body: dict) -> dict:
+        n = len(self.stub.received)
+        return {
+            "id": f"chatcmpl-stub-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "stub-model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": b.text},
+                    "finish_reason": b.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(b.text), "total_tokens": 10 + len(b.text)},
+        }
+
+    def _trickle(self, b: Behaviour, body: dict) -> None:
+        data = json.dumps(self._completion(b, body), ensure_ascii=False).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for i in range(len(data)):
+                if self.stub._stopping.wait(b.delay_s):
+                    break
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True

@@ -7,15 +7,17 @@ import time
 import uuid
 
 import orjson
+
 from pipelines.chat.breaker import CircuitBreaker
 from pipelines.chat.sessions import SessionStore
+from tests.stack import wait_for
 from yana.clients import get_fast_redis
 from yana.settings import Settings
 
 
 def _breaker(redis_client, name=None, **kw) -> CircuitBreaker:
     kw.setdefault("failure_threshold", 3)
-    kw.setdefault("open_s", 0.5)
+    kw.setdefault("open_s", 1.5)  # long enough that "open" is seen before it lapses, even under load
     kw.setdefault("probe_ttl_s", 5.0)
     return CircuitBreaker(name or uuid.uuid4().hex[:12], redis_client=redis_client, **kw)
 
@@ -34,7 +36,7 @@ def test_opens_after_consecutive_failures_and_success_resets(redis_client):
     assert b.allow()[:2] == (False, "open")
     st = b.status()
     assert st.state == "open" and st.failures == 3 and st.last_error == "llm_timeout" and st.shared
-    assert 0 < st.open_for_s <= 0.5
+    assert 0 < st.open_for_s <= 1.5
 
 
 def test_half_open_gives_one_probe_across_processes_and_recovers(redis_client):
@@ -43,8 +45,7 @@ def test_half_open_gives_one_probe_across_processes_and_recovers(redis_client):
     for _ in range(3):
         a.record_failure("llm_upstream_error")
     assert b.allow()[:2] == (False, "open")  # b learned it from Redis
-    time.sleep(0.6)
-    assert b.status().state == "half_open"
+    wait_for(lambda: b.status().state == "half_open", timeout_s=5, interval_s=0.05, what="half-open")
     first, second = a.allow(), b.allow()
     assert sorted([first[0], second[0]]) == [False, True]  # exactly one probe
     a.record_success()
@@ -52,9 +53,9 @@ def test_half_open_gives_one_probe_across_processes_and_recovers(redis_client):
 
 
 def test_failed_probe_reopens(redis_client):
-    b = _breaker(redis_client, failure_threshold=1, open_s=0.3)
+    b = _breaker(redis_client, failure_threshold=1, open_s=1.0)
     assert b.record_failure("llm_rate_limited") == "open"
-    time.sleep(0.35)
+    wait_for(lambda: b.status().state == "half_open", timeout_s=5, interval_s=0.05, what="half-open")
     assert b.allow()[:2] == (True, "half_open")
     assert b.record_failure("llm_rate_limited") == "open"
     assert b.allow()[:2] == (False, "open")
@@ -65,15 +66,18 @@ def test_works_in_process_when_redis_is_unreachable():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dead = get_fast_redis(Settings(redis_url=f"redis://127.0.0.1:{port}/0"))
-    b = _breaker(dead, failure_threshold=2, open_s=0.3)
+    # open_s is far longer than the calls below take even on a loaded machine, so "open" is
+    # observed before the breaker can turn half-open; the wait below is on the state itself.
+    b = _breaker(dead, failure_threshold=2, open_s=1.5)
     t = time.monotonic()
     assert b.allow()[:2] == (True, "closed")
     b.record_failure("llm_timeout")
     assert b.record_failure("llm_timeout") == "open"
     assert b.allow()[:2] == (False, "open")
     assert b.status().shared is False
-    assert time.monotonic() - t < 0.3  # an unreachable Redis costs milliseconds, not retries
-    time.sleep(0.35)
+    # An unreachable Redis costs milliseconds, not a connect retry with backoff (which takes seconds).
+    assert time.monotonic() - t < 1.0
+    wait_for(lambda: b.status().state == "half_open", timeout_s=5, interval_s=0.05, what="half-open")
     assert b.allow()[:2] == (True, "half_open")
     assert b.allow()[:2] == (False, "half_open")
     b.record_success()
@@ -84,8 +88,11 @@ def test_sessions_keep_turns_with_ttl_and_cap(redis_client):
     store = SessionStore(redis_client, ttl_s=120, max_turns=3)
     sid = "sess-" + uuid.uuid4().hex[:8]
     for i in range(5):
-        n = store.append_turn(sid, {"turn_id": f"t{i}", "user": f"質問{i}", "assistant": f"答え{i}"},
-                              {"intent": {"intent_type": "recommend"}, "missing_slots": ["region"], "deadline": 1})
+        n = store.append_turn(
+            sid,
+            {"turn_id": f"t{i}", "user": f"質問{i}", "assistant": f"答え{i}"},
+            {"intent": {"intent_type": "recommend"}, "missing_slots": ["region"], "deadline": 1},
+        )
         assert n == i + 1
     snap = store.load(sid)
     assert [t["turn_id"] for t in snap.turns] == ["t2", "t3", "t4"]
@@ -102,7 +109,11 @@ def test_sessions_keep_turns_with_ttl_and_cap(redis_client):
 def test_sessions_mask_what_they_store(redis_client):
     store = SessionStore(redis_client, ttl_s=60, max_turns=5)
     sid = "sess-" + uuid.uuid4().hex[:8]
-    store.append_turn(sid, {"user": "電話は090-1234-5678、mail a@b.example.com"}, {"slots": {"values": {"topic": "03-1111-2222"}}})
-    raw = " ".join(redis_client.lrange(f"yana:chat:session:{sid}:turns", 0, -1)) + redis_client.get(f"yana:chat:session:{sid}:state")
+    store.append_turn(
+        sid, {"user": "電話は090-1234-5678、mail a@b.example.com"}, {"slots": {"values": {"topic": "03-1111-2222"}}}
+    )
+    raw = " ".join(redis_client.lrange(f"yana:chat:session:{sid}:turns", 0, -1)) + redis_client.get(
+        f"yana:chat:session:{sid}:state"
+    )
     assert "090-1234-5678" not in raw and "a@b.example.com" not in raw and "03-1111-2222" not in raw
     assert "[PHONE]" in orjson.loads(redis_client.lindex(f"yana:chat:session:{sid}:turns", 0))["user"]

@@ -16,6 +16,7 @@ from pipelines.chat.state import initial_state
 from pipelines.chat.turnlog import TurnLog
 from tests.pipelines.chat.conftest import HITS, FakeRetriever
 from tests.pipelines.chat.openai_stub import empty, reply, stall, status
+from tests.stack import wait_for
 
 PII_TEXT = "小樽のおすすめある？電話は090-1234-5678、メールはtaro@example.com、住所は北海道小樽市色内1丁目2番3号"
 PII_SECRETS = ("090-1234-5678", "taro@example.com", "色内1丁目2番3号")
@@ -39,7 +40,15 @@ def test_template_reply_is_grounded_when_no_llm(make_deps, tmp_path):
     assert record["session_id"] == "g-tmpl" and record["turn_no"] == 7 and record["llm"] == "off"
     assert record["trace"]["node"] == "respond" and record["tool_name"] == "label_search"
     assert record["intent_type"] == "recommend" and record["missing_slots"] == {"count": 0, "head": []}
-    assert [n["node"] for n in record["nodes"]] == ["session", "policy", "retrieve", "generate", "fallback", "persona", "respond"]
+    assert [n["node"] for n in record["nodes"]] == [
+        "session",
+        "policy",
+        "retrieve",
+        "generate",
+        "fallback",
+        "persona",
+        "respond",
+    ]
 
 
 def test_use_rag_false_skips_retrieval(make_deps, stub):
@@ -83,8 +92,12 @@ def test_llm_reply_grounded_on_all_hits(make_deps, stub):
 
 @pytest.mark.parametrize(
     "behaviour, warning",
-    [(status(429), "llm_rate_limited"), (status(408), "llm_timeout"), (status(500), "llm_upstream_error"),
-     (empty(), "llm_empty_reply")],
+    [
+        (status(429), "llm_rate_limited"),
+        (status(408), "llm_timeout"),
+        (status(500), "llm_upstream_error"),
+        (empty(), "llm_empty_reply"),
+    ],
 )
 def test_llm_failures_fall_back_to_the_template(make_deps, stub, behaviour, warning):
     stub.script(behaviour)
@@ -145,7 +158,7 @@ def test_outer_deadline_answers_when_a_node_ignores_its_timeout(make_deps):
 
 
 def test_breaker_opens_then_half_opens_and_recovers(make_deps, stub):
-    deps = make_deps(stub, chat_breaker_failures=2, chat_breaker_open_s=0.5)
+    deps = make_deps(stub, chat_breaker_failures=2, chat_breaker_open_s=1.5)  # open outlasts the calls below
     stub.script(status(500), status(503))
     assert "llm_upstream_error" in chat(deps).warnings
     assert "llm_upstream_error" in chat(deps).warnings
@@ -153,7 +166,7 @@ def test_breaker_opens_then_half_opens_and_recovers(make_deps, stub):
     out = chat(deps)  # open: no call at all
     assert len(stub.chat_requests()) == 2 and out.llm == "off" and "llm_circuit_open" in out.warnings
     assert deps.breaker.status().state == "open"
-    time.sleep(0.6)
+    wait_for(lambda: deps.breaker.status().state == "half_open", timeout_s=5, interval_s=0.05, what="half-open")
     stub.script(reply("戻ってきたで。"))
     out = chat(deps)  # half-open probe succeeds
     assert out.llm == "on" and len(stub.chat_requests()) == 3
@@ -181,7 +194,8 @@ def test_pii_is_masked_before_the_llm_the_log_and_redis(make_deps, stub, redis_c
     sent = json.dumps(stub.chat_requests()[0].body, ensure_ascii=False)
     logged = log.path_for().read_text()
     stored = " ".join(redis_client.lrange("yana:chat:session:g-pii:turns", 0, -1)) + (
-        redis_client.get("yana:chat:session:g-pii:state") or "")
+        redis_client.get("yana:chat:session:g-pii:state") or ""
+    )
     state = json.dumps(out.state["messages"], ensure_ascii=False) + json.dumps(out.state["slots"], ensure_ascii=False)
     for where in (sent, logged, stored, state):
         for secret in (*PII_SECRETS, "03-9999-8888"):
@@ -204,10 +218,33 @@ def test_session_store_down_still_answers(make_deps):
 # --- nodes return only their Δ (seed 003 §2, §8) ---------------------------------------------------
 
 WRITES = {
-    "session_node": {"messages", "turn_no", "intent", "dialogue_mode", "goal", "slots", "missing_slots",
-                     "warnings", "last_error", "trace"},
-    "policy_node": {"user_text", "context", "filters", "policy", "intent", "dialogue_mode", "goal", "slots", "plan",
-                    "messages", "rag_status", "hits", "trace"},
+    "session_node": {
+        "messages",
+        "turn_no",
+        "intent",
+        "dialogue_mode",
+        "goal",
+        "slots",
+        "missing_slots",
+        "warnings",
+        "last_error",
+        "trace",
+    },
+    "policy_node": {
+        "user_text",
+        "context",
+        "filters",
+        "policy",
+        "intent",
+        "dialogue_mode",
+        "goal",
+        "slots",
+        "plan",
+        "messages",
+        "rag_status",
+        "hits",
+        "trace",
+    },
     "retrieve_node": {"rag_status", "hits", "tool", "plan", "warnings", "last_error", "trace"},
     "generate_node": {"draft", "draft_source", "llm_used", "plan", "warnings", "last_error", "trace"},
     "fallback_node": {"draft", "draft_source", "hits", "plan", "trace"},
@@ -221,9 +258,19 @@ def test_each_node_returns_only_its_delta(make_deps):
 
     deps = make_deps()
     runtime = Runtime(context=deps)
-    state = {**initial_state("", "t1"), "user_text": "小樽のおすすめ", "use_rag": True, "top_k": 2, "filters": {},
-             "context": {}, "deadline": time.monotonic() + 5, "warnings": [], "hits": HITS[:2],
-             "draft": "ええで。", "turn_no": 1}
+    state = {
+        **initial_state("", "t1"),
+        "user_text": "小樽のおすすめ",
+        "use_rag": True,
+        "top_k": 2,
+        "filters": {},
+        "context": {},
+        "deadline": time.monotonic() + 5,
+        "warnings": [],
+        "hits": HITS[:2],
+        "draft": "ええで。",
+        "turn_no": 1,
+    }
 
     async def run_all():
         return {name: await getattr(nodes, name)(state, runtime) for name in WRITES}

@@ -27,9 +27,14 @@ def test_reply(stub):
 
 @pytest.mark.parametrize(
     "behaviour, warning, failure",
-    [(status(429), "llm_rate_limited", True), (status(500), "llm_upstream_error", True),
-     (status(503), "llm_upstream_error", True), (status(408), "llm_timeout", True),
-     (status(401), "llm_error", True), (empty(), "llm_empty_reply", False)],
+    [
+        (status(429), "llm_rate_limited", True),
+        (status(500), "llm_upstream_error", True),
+        (status(503), "llm_upstream_error", True),
+        (status(408), "llm_timeout", True),
+        (status(401), "llm_error", True),
+        (empty(), "llm_empty_reply", False),
+    ],
 )
 def test_failures_become_warnings_with_one_attempt(stub, behaviour, warning, failure):
     stub.script(behaviour)

@@ -17,8 +17,22 @@ from pipelines.chat.state import (
     union_or_clear,
 )
 
-SEED_KEYS = {"session_id", "turn_id", "messages", "intent", "dialogue_mode", "policy", "goal", "slots",
-             "missing_slots", "plan", "tool", "response", "trace", "last_error"}
+SEED_KEYS = {
+    "session_id",
+    "turn_id",
+    "messages",
+    "intent",
+    "dialogue_mode",
+    "policy",
+    "goal",
+    "slots",
+    "missing_slots",
+    "plan",
+    "tool",
+    "response",
+    "trace",
+    "last_error",
+}
 
 
 def test_dsstate_has_exactly_the_seed_keys_and_initial_values():
@@ -60,12 +74,19 @@ def test_reducers_inside_a_langgraph_graph():
     even when two nodes write them in the same step."""
 
     def a(state):
-        return {"messages": [{"role": "user", "content": "hi"}], "missing_slots": ["region", "brewery"],
-                "trace": {"node": "a"}, "tool": {"tool_name": "x"}}
+        return {
+            "messages": [{"role": "user", "content": "hi"}],
+            "missing_slots": ["region", "brewery"],
+            "trace": {"node": "a"},
+            "tool": {"tool_name": "x"},
+        }
 
     def b1(state):
-        return {"messages": [{"role": "assistant", "content": "yo"}], "missing_slots": ["region", "category"],
-                "trace": {"node": "b1"}}
+        return {
+            "messages": [{"role": "assistant", "content": "yo"}],
+            "missing_slots": ["region", "category"],
+            "trace": {"node": "b1"},
+        }
 
     def b2(state):
         return {"trace": {"node": "b2"}, "tool": {"tool_name": "y"}}
@@ -82,8 +103,7 @@ def test_reducers_inside_a_langgraph_graph():
     g.add_edge(["b1", "b2"], "c")
     g.add_edge("c", END)
     seen = []
-    for mode, chunk in g.compile().stream({"messages": [{"role": "user", "content": "old"}]},
-                                          stream_mode=["values"]):
+    for _mode, chunk in g.compile().stream({"messages": [{"role": "user", "content": "old"}]}, stream_mode=["values"]):
         seen.append(chunk)
     after_b = next(v for v in seen if v.get("messages") and len(v["messages"]) == 3)
     assert [m["content"] for m in after_b["messages"]] == ["old", "hi", "yo"]
@@ -98,16 +118,28 @@ def test_chat_graph_shape():
     nodes = set(g.nodes) - {"__start__", "__end__"}
     assert nodes == {"session", "policy", "retrieve", "generate", "fallback", "persona", "respond"}
     edges = {(e.source, e.target) for e in g.edges}
-    for edge in [("__start__", "session"), ("session", "policy"), ("policy", "retrieve"), ("policy", "generate"),
-                 ("retrieve", "generate"), ("generate", "persona"), ("generate", "fallback"),
-                 ("fallback", "persona"), ("persona", "respond"), ("respond", "__end__")]:
+    for edge in [
+        ("__start__", "session"),
+        ("session", "policy"),
+        ("policy", "retrieve"),
+        ("policy", "generate"),
+        ("retrieve", "generate"),
+        ("generate", "persona"),
+        ("generate", "fallback"),
+        ("fallback", "persona"),
+        ("persona", "respond"),
+        ("respond", "__end__"),
+    ]:
         assert edge in edges, edge
 
 
 def test_logging_subset_has_the_seed_fields():
-    s = {**initial_state("s", "t"), "missing_slots": ["a", "b", "c", "d"],
-         "trace": {"node": "n", "action": "x", "latency_ms": 3, "outcome": "ok", "metrics": {"big": 1}},
-         "tool": {"tool_name": "label_search", "tool_status": "success", "tool_input": {"query": "q"}}}
+    s = {
+        **initial_state("s", "t"),
+        "missing_slots": ["a", "b", "c", "d"],
+        "trace": {"node": "n", "action": "x", "latency_ms": 3, "outcome": "ok", "metrics": {"big": 1}},
+        "tool": {"tool_name": "label_search", "tool_status": "success", "tool_input": {"query": "q"}},
+    }
     sub = logging_subset(s)
     assert sub["session_id"] == "s" and sub["turn_id"] == "t"
     assert sub["trace"] == {"node": "n", "action": "x", "latency_ms": 3, "outcome": "ok"}

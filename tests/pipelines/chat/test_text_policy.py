@@ -15,14 +15,29 @@ from pipelines.chat.pii import mask, mask_obj
 from pipelines.chat.templates import classify_intent, grounded_reply
 
 HITS = [
-    {"id": "label_1", "brand_name": "北の誉", "product_name": "純米吟醸", "brewery": "北の誉酒造", "region": "小樽",
-     "label_features": ["辛口", "フルーティー"], "file_path": "data/images/a.png"},
-    {"id": "label_2", "brand_name": "田酒", "product_name": "特別純米", "brewery": "西田酒造店", "region": "青森",
-     "label_features": ["旨口"], "file_path": "data/images/b.png"},
+    {
+        "id": "label_1",
+        "brand_name": "北の誉",
+        "product_name": "純米吟醸",
+        "brewery": "北の誉酒造",
+        "region": "小樽",
+        "label_features": ["辛口", "フルーティー"],
+        "file_path": "data/images/a.png",
+    },
+    {
+        "id": "label_2",
+        "brand_name": "田酒",
+        "product_name": "特別純米",
+        "brewery": "西田酒造店",
+        "region": "青森",
+        "label_features": ["旨口"],
+        "file_path": "data/images/b.png",
+    },
 ]
 
 
 # --- PII ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "text, secret, token",
@@ -51,8 +66,15 @@ def test_pii_is_masked(text, secret, token):
 
 @pytest.mark.parametrize(
     "text",
-    ["小樽のお酒ある？", "北海道小樽市の蔵のおすすめ", "2025-09-23に飲んだ", "720mlで1500円", "精米歩合50%の純米大吟醸",
-     "label_0901234567 の画像", "田酒 2024年 3月"],
+    [
+        "小樽のお酒ある？",
+        "北海道小樽市の蔵のおすすめ",
+        "2025-09-23に飲んだ",
+        "720mlで1500円",
+        "精米歩合50%の純米大吟醸",
+        "label_0901234567 の画像",
+        "田酒 2024年 3月",
+    ],
 )
 def test_ordinary_text_is_left_alone(text):
     assert mask(text) == (text, [])
@@ -65,8 +87,15 @@ def test_mask_obj_masks_nested_strings_only():
 
 # --- persona --------------------------------------------------------------------------------------
 
+
 def test_split_sentences_japanese_and_english():
-    assert split_sentences("一つ目。二つ目！三つ目？「四つ目。」五つ目") == ["一つ目。", "二つ目！", "三つ目？", "「四つ目。」", "五つ目"]
+    assert split_sentences("一つ目。二つ目！三つ目？「四つ目。」五つ目") == [
+        "一つ目。",
+        "二つ目！",
+        "三つ目？",
+        "「四つ目。」",
+        "五つ目",
+    ]
     assert len(split_sentences("Hello there. It is 3.5 percent. Bye!")) == 3
 
 
@@ -117,6 +146,7 @@ def test_policy_self_check_passes():
 
 
 # --- templates ------------------------------------------------------------------------------------
+
 
 def test_template_is_grounded_on_the_hits():
     for variant in range(3):

@@ -1,0 +1,161 @@
+"""POST /v1/retrieve: a query plus inline documents → the best passages, with byte spans.
+
+The seed's request and response, unchanged for its clients, plus fields they may ignore: `path`
+(which path answered: "extractor"), `run_id`, `stats`, `embed_job_id` (the job warming the vector
+cache when chunks were not embedded within `options.timeout_ms`). Errors use the contract's body:
+400 malformed JSON or documents missing/empty, 422 other schema violations (empty query, wrong
+types), 500 with trace_id.
+
+`Prefer: respond-async` (RFC 7240), or documents over RETRIEVE_MAX_SYNC_BYTES of text or
+RETRIEVE_MAX_SYNC_CHUNKS chunks, makes the whole retrieve a job: 202 + job id, the response body
+as the job's result (GET /v1/jobs/{id}, or `callback_url`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, field_validator
+
+from api.contract.policy import contract
+from api.jobs_common import JobAccepted, accept_job
+from api.schemas import ERRORS, Envelope
+from pipelines import retrieve as P
+from yana import context
+from yana.clients import get_redis
+from yana.errors import ErrorCode, YanaError
+from yana.settings import get_settings
+
+router = APIRouter(prefix="/v1", tags=["retrieve"])
+
+QUERY_MAX_CHARS = 4000
+EMBED_JOB_GUARD_S = 600  # one follow-up embedding job per distinct chunk set in this window
+
+
+class RetrieveDocument(BaseModel):
+    id: str = Field(..., min_length=1, max_length=1000)
+    text: str = Field(..., description="the document text; spans are UTF-8 byte offsets into it")
+    metadata: dict[str, Any] | None = Field(None, description="passed through to the results")
+
+
+class RetrieveOptions(BaseModel):
+    top_k: int = Field(5, ge=1, le=1000)
+    max_chunk_chars: int = Field(800, ge=20, le=100_000)
+    min_score: float = Field(0.0, ge=0.0, le=1.0)
+    include_spans: bool = True
+    timeout_ms: int | None = Field(
+        None, ge=1, description="time budget for embedding (default RETRIEVE_TIMEOUT_MS, capped)"
+    )
+    mode: Literal["auto", "extractor"] = Field("auto", description="auto: the extractor (no LLM path yet)")
+
+
+class RetrieveRequest(BaseModel):
+    query: str = Field(..., min_length=1, max_length=QUERY_MAX_CHARS)
+    documents: list[RetrieveDocument] = Field(..., description="inline documents (not stored)")
+    options: RetrieveOptions = Field(default_factory=RetrieveOptions)
+    callback_url: str | None = Field(None, max_length=2048, description="for a job: POSTed the job when it ends")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("query is empty")
+        return v
+
+
+class Span(BaseModel):
+    start: int
+    end: int
+
+
+class RetrieveResult(BaseModel):
+    doc_id: str
+    score: float = Field(ge=0.0, le=1.0)
+    text: str
+    metadata: dict[str, Any] | None = None
+    spans: list[Span]
+
+
+class RetrieveResponse(Envelope):
+    trace_id: str | None = None
+    run_id: str | None = None
+    results: list[RetrieveResult]
+    warnings: list[str]
+    path: str = Field(description="which path answered: extractor")
+    embed_job_id: str | None = Field(None, description="job embedding the chunks left lexical-only")
+    stats: dict = Field(default_factory=dict)
+
+
+def _options(req: RetrieveRequest) -> P.Options:
+    s = get_settings()
+    o = req.options
+    timeout = min(o.timeout_ms or s.retrieve_timeout_ms, s.retrieve_timeout_max_ms)
+    return P.Options(o.top_k, o.max_chunk_chars, o.min_score, o.include_spans, timeout)
+
+
+def _wants_async(request: Request) -> bool:
+    prefer = ",".join(request.headers.getlist("prefer")).lower()
+    return any(p.strip().split(";")[0].strip() == "respond-async" for p in prefer.split(","))
+
+
+def _enqueue_embedding(texts: list[str]) -> str | None:
+    """One follow-up job per distinct set of chunks left unembedded (others in flight skip it)."""
+    digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+    guard = f"yana:retrieve:embedjob:{digest}"
+    r = get_redis()
+    if not r.set(guard, "1", nx=True, ex=EMBED_JOB_GUARD_S):
+        return r.get(f"{guard}:id")
+    job = accept_job("retrieve.embed", {"texts": texts})
+    r.set(f"{guard}:id", job["job_id"], ex=EMBED_JOB_GUARD_S)
+    return job["job_id"]
+
+
+def _sync(req: RetrieveRequest, docs: list[dict], opts: P.Options, deadline: float) -> dict:
+    out = P.retrieve_inline(req.query, docs, opts, deadline=deadline)
+    embed_job_id = _enqueue_embedding(out.lexical_only_texts) if out.lexical_only_texts else None
+    return {
+        **context.body_ids(),
+        "results": out.results,
+        "warnings": out.warnings,
+        "path": out.path,
+        "embed_job_id": embed_job_id,
+        "stats": out.stats,
+    }
+
+
+@router.post(
+    "/retrieve",
+    operation_id="retrieve",
+    summary="Best passages of inline documents for a query (hybrid extractor), with UTF-8 byte spans",
+    response_model=RetrieveResponse,
+    responses={202: {"model": JobAccepted, "description": "run as a job"}, **ERRORS(408, 413, 422)},
+    # The route bounds itself (options.timeout_ms, capped); the contract's limit is the backstop.
+    # A request that parses but breaks the schema (an empty query) is 422; malformed JSON is 400.
+    openapi_extra=contract(
+        timeout_ms_setting="retrieve_timeout_max_ms",
+        timeout_grace_s=10.0,
+        max_body_bytes=64 * 1024 * 1024,
+        schema_error_status=422,
+    ),
+)
+async def retrieve(req: RetrieveRequest, request: Request):
+    started = time.monotonic()
+    if not req.documents:
+        raise YanaError.of(ErrorCode.BAD_REQUEST, "documents is empty")
+    s = get_settings()
+    opts = _options(req)
+    docs = [d.model_dump() for d in req.documents]
+    too_big = P.size_of(docs) > s.retrieve_max_sync_bytes
+    if not too_big:
+        too_big = await asyncio.to_thread(P.chunk_count, docs, opts.max_chunk_chars) > s.retrieve_max_sync_chunks
+    if _wants_async(request) or too_big:
+        params = {"query": req.query, "documents": docs, "options": vars(opts)}
+        accepted = await asyncio.to_thread(accept_job, "retrieve", params, req.callback_url)
+        return JSONResponse(accepted, status_code=202, headers={"Preference-Applied": "respond-async"})
+    deadline = started + opts.timeout_ms / 1000.0
+    return await asyncio.to_thread(_sync, req, docs, opts, deadline)

@@ -1,0 +1,177 @@
+"""How the data commands (ingest, dedup-report, reembed, collections) reach a yana API.
+
+The URL comes from `--api`, else YANA_API_URL, else the DATA_DIR/up.env that `yana up` writes
+(cli.main loads it into the environment), else http://API_HOST:API_PORT. Every command says on
+its first stderr line which instance it talks to. An unreachable API is one clear line naming the
+URL and exit code 3, never a traceback; while a command runs, a lost connection is retried for
+`reconnect_s` seconds (jobs keep running on the workers meanwhile).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(stderr=True)
+
+EXIT_UNREACHABLE = 3
+
+ApiOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--api",
+        help="Base URL of the yana API. Default: YANA_API_URL, else the URL `yana up` wrote to "
+        "DATA_DIR/up.env, else http://API_HOST:API_PORT.",
+        show_default=False,
+    ),
+]
+TokenOpt = Annotated[
+    Optional[str], typer.Option("--token", envvar="YANA_API_TOKEN", help="Bearer token, when the API has auth on.")
+]
+
+
+class ApiUnreachable(Exception):
+    """The API did not answer within the reconnect window."""
+
+    def __init__(self, url: str, cause: Exception, waited_s: float):
+        self.url, self.cause, self.waited_s = url, cause, waited_s
+        waited = f" for {waited_s:.0f} s" if waited_s >= 1 else ""
+        super().__init__(f"cannot reach the yana API at {url}{waited} ({type(cause).__name__}: {cause})")
+
+
+def resolve_api(api: str | None) -> tuple[str, str]:
+    """(base URL, where it came from)."""
+    if api:
+        return api.rstrip("/"), "--api"
+    env_url = os.environ.get("YANA_API_URL")
+    if env_url:
+        up_env = Path(os.environ.get("DATA_DIR", "./data")) / "up.env"
+        if up_env.is_file() and f"YANA_API_URL={env_url}" in up_env.read_text().splitlines():
+            return env_url.rstrip("/"), f"{up_env} (written by `yana up`)"
+        return env_url.rstrip("/"), "YANA_API_URL"
+    from yana.settings import get_settings
+
+    s = get_settings()
+    return f"http://{s.api_host}:{s.api_port}", "API_HOST:API_PORT (no --api, YANA_API_URL or up.env)"
+
+
+class ApiLink:
+    """An httpx client plus the retry-while-unreachable rule, shared by a command's threads."""
+
+    def __init__(self, api: str | None, token: str | None, *, timeout_s: float = 120.0, reconnect_s: float = 0.0):
+        self.url, self.source = resolve_api(api)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, trust_env=False)
+        self.reconnect_s = reconnect_s
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+        self.outages = 0
+        self._local = threading.local()  # per thread: did its last request need a retry?
+        self.say = console.print  # a progress bar replaces it so lines print above the bar
+
+    def announce(self) -> None:
+        console.print(f"yana API {self.url}  (from {self.source})", markup=False, highlight=False, soft_wrap=True)
+
+    def check(self) -> dict:
+        """GET /v1/version once; raises ApiUnreachable (no reconnect window at start)."""
+        try:
+            r = self.client.get("/v1/version", timeout=10)
+        except httpx.TransportError as exc:
+            raise ApiUnreachable(self.url, exc, 0) from exc
+        return r.json() if r.status_code == 200 else {}
+
+    def request(self, method: str, path: str, **kw) -> httpx.Response:
+        """One request; a transport error or a 502/503/504 is retried until reconnect_s has passed
+        since the API was first seen down, then ApiUnreachable."""
+        first_fail: float | None = None
+        delay = 0.5
+        self._local.retried = False
+        while True:
+            try:
+                r = self.client.request(method, path, **kw)
+            except httpx.TransportError as exc:
+                err: Exception = exc
+            else:
+                if r.status_code not in (502, 503, 504) or self.reconnect_s <= 0:
+                    self._mark_up()
+                    return r
+                err = RuntimeError(f"HTTP {r.status_code}")
+            now = time.monotonic()
+            first_fail = first_fail or now
+            self._local.retried = True
+            self._mark_down(err)
+            if now - first_fail >= self.reconnect_s:
+                raise ApiUnreachable(self.url, err, now - first_fail) from err
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def last_retried(self) -> bool:
+        """Whether this thread's last request was sent again after a failure."""
+        return getattr(self._local, "retried", False)
+
+    def _mark_down(self, err: Exception) -> None:
+        with self._lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                self.outages += 1
+                self.say(
+                    f"[yellow]API {escape(self.url)} unreachable ({type(err).__name__}); retrying for up to "
+                    f"{self.reconnect_s:.0f} s, jobs keep running on the workers[/]"
+                )
+
+    def _mark_up(self) -> None:
+        if self._down_since is None:
+            return
+        with self._lock:
+            if self._down_since is not None:
+                self.say(f"[green]API {escape(self.url)} back after {time.monotonic() - self._down_since:.1f} s[/]")
+                self._down_since = None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> ApiLink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_link(api: str | None, token: str | None, **kw) -> ApiLink:
+    """The link, announced and checked: exits 3 with one line when nothing answers."""
+    link = ApiLink(api, token, **kw)
+    link.announce()
+    try:
+        link.check()
+    except ApiUnreachable as exc:
+        link.close()
+        unreachable(exc)
+    return link
+
+
+def unreachable(exc: ApiUnreachable) -> None:
+    console.print(
+        f"[red]{escape(str(exc))}[/]; start it with `yana up` or point --api / YANA_API_URL at a running one",
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_UNREACHABLE)
+
+
+def fail(resp: httpx.Response, code: int = 2) -> None:
+    """Print the contract's error body of a failed response in one line and exit."""
+    try:
+        err = resp.json()["error"]
+        msg = f"{err['code']}: {err['message']}"
+    except (ValueError, KeyError, TypeError):
+        msg = resp.text[:300]
+    console.print(f"[red]HTTP {resp.status_code}[/red] {escape(msg)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

@@ -1,0 +1,340 @@
+"""The `yana` command: `yana up` runs everything with nothing configured; `yana api|worker|flower`
+start one piece each against REDIS_URL / CHROMA_URL for real deployments."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from api.contract.auth import flower_auth_args
+from cli import data, processes
+from yana.settings import get_settings
+
+app = typer.Typer(
+    help="yana: label knowledge, hybrid search, chat and jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",  # docstrings reflow as paragraphs instead of breaking at their newlines
+)
+console = Console(stderr=True)
+
+
+def _flower_args() -> list[str]:
+    """Flower's API answers only when authenticated or explicitly opened: with auth on, the
+    API's bearer tokens; with auth off, FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
+    s = get_settings()
+    if s.auth_enabled:
+        return flower_auth_args(s)
+    if s.flower_unauthenticated_api:
+        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
+    return []
+
+
+UP_ENV = "up.env"  # where `yana up` tells other yana commands (ingest, dedup-report...) its URLs
+
+
+def _write_up_env(data_dir: Path, stack: processes.Stack) -> None:
+    lines = [
+        f"REDIS_URL={stack.env['REDIS_URL']}",
+        f"CHROMA_URL={stack.env['CHROMA_URL']}",
+        f"YANA_API_URL={stack.get('api').url}",
+        f"DATA_DIR={data_dir}",
+    ]
+    (data_dir / UP_ENV).write_text("\n".join(lines) + "\n")
+
+
+WEBHOOK_SECRET_FILE = "webhook_secret"
+
+
+def _webhook_secret(data_dir: Path) -> str:
+    """WEBHOOK_SECRET when set; else the one generated into DATA_DIR on the first `yana up` and
+    reused after (webhooks keep verifying across restarts). Never the public default."""
+    if os.environ.get("WEBHOOK_SECRET"):
+        return os.environ["WEBHOOK_SECRET"]
+    path = data_dir / WEBHOOK_SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    console.print(f"generated a webhook signing secret into {path}")
+    return secret
+
+
+def _warn_insecure_secret(host: str | None) -> None:
+    warning = get_settings().insecure_webhook_secret(host)
+    if warning:
+        console.print(f"[bold red]WARNING:[/] {warning}")
+
+
+def _load_up_env() -> None:
+    """A command run beside `yana up` finds its services without configuration; explicit
+    environment variables always win."""
+    path = Path(os.environ.get("DATA_DIR", "./data")) / UP_ENV
+    if not path.is_file():
+        return
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            os.environ.setdefault(key.strip(), value.strip())
+
+
+@app.command()
+def up(
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            help="Where Redis, Chroma, images and logs live; also where up.env tells other commands the URLs."
+        ),
+    ] = Path("./data"),
+    api_port: Annotated[
+        Optional[int],
+        typer.Option(
+            envvar="API_PORT",
+            help="API port. Default 8000, or a free one if that is taken; a port asked for explicitly must be free.",
+        ),
+    ] = None,
+    flower_port: Annotated[
+        Optional[int],
+        typer.Option(envvar="FLOWER_PORT", help="Flower port. Default 5555, or a free one if that is taken."),
+    ] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            max=8,
+            help="Celery worker processes (jobs run at once) in the pool of the one worker `yana up` starts. "
+            "Default: WORKER_CONCURRENCY, which by default is the cores divided by EMBED_THREADS.",
+        ),
+    ] = None,
+) -> None:
+    """Run the whole system locally: Redis and Chroma (unless REDIS_URL / CHROMA_URL are set), one
+    worker on every queue, Flower and the API. A child that dies is restarted with backoff on the
+    same port; Ctrl-C stops everything, the API and workers before the stores.
+
+    Writes DATA_DIR/up.env with the URLs, so `yana ingest`, `yana dedup-report` and the other data
+    commands run beside it find the API without options.
+    """
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:  # an explicitly requested port that is taken fails now, before anything starts
+        api_port = processes.port_for(api_port, 8000, "API")
+        flower_port = processes.port_for(flower_port, 5555, "Flower")
+    except RuntimeError as exc:
+        console.print(f"[bold red]start failed:[/] {exc}")
+        raise typer.Exit(1) from None
+    stack = processes.Stack(
+        data_dir=data_dir,
+        env=processes.child_env(DATA_DIR=str(data_dir), WEBHOOK_SECRET=_webhook_secret(data_dir)),
+    )
+    stopping = {"flag": False}
+
+    def _on_signal(signum, _frame):
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    code = 0
+    starters: dict[str, Callable[[], processes.Service]] = {}
+
+    def _start(name: str, starter: Callable[[], processes.Service], timeout_s: float = 60.0) -> None:
+        starters[name] = starter
+        stack.add(starter(), timeout_s=timeout_s)
+
+    try:
+        if not os.environ.get("REDIS_URL"):
+            redis_port = processes.free_port()
+            _start("redis", lambda: processes.start_redis(data_dir, redis_port, stack.log_dir, stack.env))
+            stack.env["REDIS_URL"] = stack.get("redis").url
+        if not os.environ.get("CHROMA_URL"):
+            chroma_port = processes.free_port()
+            _start(
+                "chroma",
+                lambda: processes.start_chroma(data_dir / "chroma", chroma_port, stack.log_dir, stack.env),
+            )
+            stack.env["CHROMA_URL"] = stack.get("chroma").url
+        os.environ.update({k: stack.env[k] for k in ("REDIS_URL", "CHROMA_URL")})
+        _prepare_embedding_model(stack.env)
+        _start(
+            "worker",
+            lambda: processes.start_worker(
+                stack.env, stack.log_dir, concurrency=workers or get_settings().worker_concurrency
+            ),
+            120,
+        )
+        flower_args = _flower_args()
+        if "FLOWER_UNAUTHENTICATED_API" in os.environ:
+            stack.env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
+        _start("flower", lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args))
+        _start("api", lambda: processes.start_api(stack.env, api_port, stack.log_dir))
+        _write_up_env(data_dir, stack)
+        console.print("[bold green]yana is up[/]")
+        for svc in stack.services:
+            console.print(f"  {svc.name:<7} {svc.url}")
+        console.print(f"  API docs {stack.get('api').url}/docs   logs {stack.log_dir}   data {data_dir}")
+        console.print("Ctrl-C to stop.")
+        code = _supervise(stack, starters, stopping)
+    except RuntimeError as exc:
+        console.print(f"[bold red]start failed:[/] {exc}")
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        t0 = time.monotonic()
+        (data_dir / UP_ENV).unlink(missing_ok=True)
+        stack.stop()
+        console.print(f"stopped {len(stack.services)} process(es) in {time.monotonic() - t0:.1f}s")
+    raise typer.Exit(code)
+
+
+def _prepare_embedding_model(env: dict) -> None:
+    """Build the int8 embedding model before the worker starts (once per machine; the first
+    ingest would otherwise pay for it), in a child process: the supervisor never loads torch."""
+    code = "from pipelines.embedding import prepare_int8_model; print(prepare_int8_model() or '')"
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:  # not fatal: the worker builds it on first use instead
+        console.print(f"[yellow]could not prepare the embedding model now:[/] {done.stderr.strip()[-300:]}")
+    elif time.monotonic() - t0 > 5:
+        console.print(f"embedding model prepared in {time.monotonic() - t0:.0f}s (once): {done.stdout.strip()}")
+
+
+def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
+    """Watch the children until stopped: restart a dead one with backoff; give up (exit code 1)
+    when one keeps crashing."""
+    policies = {name: processes.RestartPolicy() for name in starters}
+    due: dict[str, float] = {}  # name -> when to restart it
+    while not stopping["flag"]:
+        now = time.monotonic()
+        for svc in [s for s in stack.services if not s.alive()]:
+            stack.services.remove(svc)
+            delay = policies[svc.name].crashed(now)
+            if delay is None:
+                p = policies[svc.name]
+                console.print(
+                    f"[bold red]{svc.name} died (exit code {svc.proc.returncode}) {len(p.crashes)} times within "
+                    f"{p.window_s:.0f}s; giving up and stopping everything.[/]\n"
+                    f"last lines of {svc.log_path}:\n{svc.tail()}"
+                )
+                return 1
+            console.print(
+                f"[bold yellow]{svc.name} died (exit code {svc.proc.returncode}); restarting in {delay:.1f}s.[/]\n"
+                f"last lines of {svc.log_path}:\n{svc.tail(8)}"
+            )
+            due[svc.name] = now + delay
+        for name, at in list(due.items()):
+            if now < at or stopping["flag"]:
+                continue
+            del due[name]
+            try:
+                svc = stack.add(starters[name](), timeout_s=120)
+                console.print(f"[green]{name} restarted[/] {svc.url}")
+            except RuntimeError as exc:  # did not come up: stopped, so the next round counts a crash
+                console.print(f"[bold red]{name} restart failed:[/] {exc}")
+                processes.stop([stack.services[-1]], grace_s=1.0)
+        time.sleep(0.3)
+    return 0
+
+
+RedisOpt = Annotated[
+    Optional[str], typer.Option("--redis-url", envvar="REDIS_URL", help="Shared Redis (broker, results, indexes).")
+]
+ChromaOpt = Annotated[Optional[str], typer.Option("--chroma-url", envvar="CHROMA_URL", help="Shared Chroma server.")]
+
+
+def _exec(argv: list[str], redis_url: str | None, chroma_url: str | None = None) -> None:
+    env = {k: v for k, v in (("REDIS_URL", redis_url), ("CHROMA_URL", chroma_url)) if v}
+    os.execvpe(argv[0], argv, processes.child_env(**env))
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Uvicorn worker processes serving the API.")] = 1,
+    redis_url: RedisOpt = None,
+    chroma_url: ChromaOpt = None,
+) -> None:
+    """Serve the HTTP API (against REDIS_URL and CHROMA_URL)."""
+    _warn_insecure_secret(host)
+    _exec(processes.api_argv(host, port, workers), redis_url, chroma_url)
+
+
+@app.command()
+def worker(
+    queues: Annotated[
+        Optional[str], typer.Option("-Q", "--queues", help="Queues to consume, comma-separated; default: every queue.")
+    ] = None,
+    concurrency: Annotated[
+        Optional[int],
+        typer.Option("-c", "--concurrency", help="Pool processes (jobs run at once). Default: WORKER_CONCURRENCY."),
+    ] = None,
+    name: Annotated[str, typer.Option("-n", "--name", help="Worker name (shown in Flower as NAME@host).")] = "worker",
+    redis_url: RedisOpt = None,
+    chroma_url: ChromaOpt = None,
+) -> None:
+    """Run one Celery worker (prefork; one compute thread per child)."""
+    _warn_insecure_secret(None)
+    argv = processes.worker_argv(f"{name}@%h", queues, concurrency or get_settings().worker_concurrency)
+    _exec(argv, redis_url, chroma_url)
+
+
+@app.command()
+def flower(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 5555,
+    redis_url: RedisOpt = None,
+) -> None:
+    """Run Flower (monitoring) against REDIS_URL."""
+    _exec(processes.flower_argv(host, port, _flower_args()), redis_url)
+
+
+@app.command()
+def mcp(
+    api: Annotated[
+        str, typer.Option("--api", envvar="YANA_API_URL", help="API to bridge to (default: the one `yana up` runs)")
+    ] = "http://127.0.0.1:8000",
+    local: Annotated[
+        bool, typer.Option("--local", help="run the API inside this process instead of calling one")
+    ] = False,
+    token: Annotated[
+        Optional[str], typer.Option("--token", envvar="YANA_API_TOKEN", help="bearer token for the API")
+    ] = None,
+    logs: Annotated[bool, typer.Option("--logs", help="also offer the read-only resource logs/today")] = False,
+    timeout_s: Annotated[float, typer.Option(help="seconds one call to the API may take")] = 120.0,
+) -> None:
+    """Serve yana's MCP tools over stdio (for desktop agents and the talk app's speaker subprocess)."""
+    from cli import mcp_stdio
+
+    if local:
+        if logs:
+            os.environ["LOGS_RESOURCE_ENABLED"] = "true"
+        api = mcp_stdio.start_local_api()
+    console.print(f"yana mcp: stdio bridge to {api}/mcp", highlight=False)
+    mcp_stdio.serve(api, token, logs_resource=logs, timeout_s=timeout_s)
+
+
+data.register(app)  # the commands that work on a running instance's data
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] != "up":
+        _load_up_env()
+    app()
+
+
+if __name__ == "__main__":
+    main()

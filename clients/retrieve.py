@@ -1,0 +1,131 @@
+"""Stdlib-only client for yana's retrieval API: /v1/retrieve (inline documents), /v1/search (the
+stored corpus), jobs, health and version. No dependency beyond Python itself.
+
+    client = RetrieveClient("http://127.0.0.1:8000", timeout=30, token=None)
+    client.health()
+    client.retrieve("query", [{"id": "d1", "text": "...", "metadata": {}}], {"top_k": 3})
+    client.search("query", k=5)
+
+Every failure is a RetrieveError with the server's `code`, `retryable` and `trace_id`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class RetrieveError(Exception):
+    """An error answer of the API (or a transport failure: code UNAVAILABLE, retryable)."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, retryable: bool = False, trace_id=None):
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.status = code, message, status
+        self.retryable, self.trace_id = retryable, trace_id
+
+
+class RetrieveClient:
+    def __init__(self, base_url: str, timeout: float = 30.0, token: str | None = None):
+        if not base_url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.token = token
+
+    # --- transport ------------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: Any = None, headers: dict | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        h = {"Accept": "application/json", **(headers or {})}
+        if data is not None:
+            h["Content-Type"] = "application/json"
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.base_url + path, data=data, headers=h, method=method)
+        try:
+            # base_url is http(s), checked in __init__ (bandit B310).
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # nosec B310
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise _error_of(exc) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise RetrieveError("UNAVAILABLE", f"cannot reach {self.base_url}: {exc}", retryable=True) from None
+
+    # --- API ------------------------------------------------------------------------------
+    def health(self) -> dict:
+        return self._request("GET", "/v1/health")[1]
+
+    def version(self) -> dict:
+        return self._request("GET", "/v1/version")[1]
+
+    def retrieve(self, query: str, documents: list[dict], options: dict | None = None, *, wait: bool = True) -> dict:
+        """The response body ({trace_id, results, warnings, path, ...}). A request the server runs as
+        a job (too large) is polled to its end when `wait`, else its 202 body is returned."""
+        body: dict = {"query": query, "documents": documents}
+        if options:
+            body["options"] = options
+        status, out = self._request("POST", "/v1/retrieve", body)
+        if status == 202 and wait:
+            return self.job_result(self.wait_job(out["job_id"]))
+        return out
+
+    def retrieve_async(self, query: str, documents: list[dict], options: dict | None = None, callback_url=None) -> dict:
+        """Run the retrieve as a job (`Prefer: respond-async`): the 202 body with `job_id`."""
+        body: dict = {"query": query, "documents": documents, "options": options or {}}
+        if callback_url:
+            body["callback_url"] = callback_url
+        return self._request("POST", "/v1/retrieve", body, {"Prefer": "respond-async"})[1]
+
+    def search(self, query: str, k: int = 5, filters: dict | None = None, **params: Any) -> dict:
+        body: dict = {"query_text": query, "k": k, **params}
+        if filters:
+            body["filters"] = filters
+        return self._request("POST", "/v1/search", body)[1]
+
+    def job(self, job_id: str) -> dict:
+        return self._request("GET", f"/v1/jobs/{job_id}")[1]
+
+    def wait_job(self, job_id: str, timeout: float = 300.0) -> dict:
+        """Poll a job (long-polling with `Prefer: wait`) until it ends or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RetrieveError("TIMEOUT", f"job {job_id} did not end within {timeout}s", retryable=True)
+            wait = max(1, min(int(left), int(self.timeout) - 1, 20))
+            job = self._request("GET", f"/v1/jobs/{job_id}", headers={"Prefer": f"wait={wait}"})[1]
+            if job.get("status") in TERMINAL:
+                return job
+
+    @staticmethod
+    def job_result(job: dict) -> dict:
+        if job.get("status") != "succeeded":
+            err = job.get("error") or {}
+            raise RetrieveError(
+                err.get("code", "JOB_FAILED"),
+                err.get("message", f"job ended {job.get('status')}"),
+                retryable=bool(err.get("retryable")),
+                trace_id=job.get("trace_id"),
+            )
+        return job.get("result") or {}
+
+
+def _error_of(exc: urllib.error.HTTPError) -> RetrieveError:
+    try:
+        body = json.loads(exc.read() or b"{}")
+    except ValueError:
+        body = {}
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        err = {}
+    return RetrieveError(
+        err.get("code") or f"HTTP_{exc.code}",
+        err.get("message") or str(exc.reason),
+        status=exc.code,
+        retryable=bool(err.get("retryable", exc.code in (408, 429, 500, 502, 503, 504))),
+        trace_id=body.get("trace_id") if isinstance(body, dict) else None,
+    )

@@ -1,0 +1,100 @@
+"""Near-duplicate groups for review: each indexed label with the images merged into it.
+
+Reads what ingestion records: the duplicates hash (`pipelines.ingest.DUPS_KEY`, sha1 -> dedup_of,
+distance, pHash, stored file, time, and the uploaded name when recorded) and the kept label's
+metadata from the active collection's lexical store (brand, product, category, ingested_at).
+Groups are ordered by size (largest first), then label id, so an integer offset pages them stably.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+import orjson
+
+from pipelines import labels, lexical, vector_index
+from pipelines.ingest import DUPS_KEY
+
+log = logging.getLogger("yana.dedup_report")
+
+THUMB_PX = 160
+KEPT_FIELDS = ("brand_name", "product_name", "category", "brewery", "region", "phash", "hash_sha1", "file_path")
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(float(ts), UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def thumbnail(data_dir: Path, rel: str | None, size: int = THUMB_PX) -> str | None:
+    """A small JPEG data URI of a stored image, or None when the file is missing or unreadable."""
+    if not rel:
+        return None
+    from PIL import Image
+
+    path = Path(data_dir) / rel
+    try:
+        with Image.open(path) as im:
+            im.thumbnail((size, size))
+            buf = io.BytesIO()
+            im.convert("RGB").save(buf, format="JPEG", quality=80)
+    except (OSError, ValueError) as exc:
+        log.info("no thumbnail for %s: %s", rel, exc)
+        return None
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _kept_label(r, collection: str | None, label_id: str) -> dict:
+    meta: dict = {}
+    if collection:
+        raw = r.hget(lexical.prefix(collection) + "doc:" + labels.chunk_id(label_id, 0), "meta")
+        if raw:
+            meta = orjson.loads(raw)
+    kept = {"id": label_id, **{k: meta.get(k) for k in KEPT_FIELDS}, "ingested_at": meta.get("ingested_at")}
+    kept["file_name"] = PurePosixPath(kept["file_path"]).name if kept["file_path"] else None
+    return kept
+
+
+def _duplicate(sha1: str, d: dict) -> dict:
+    path = d.get("file_path")
+    return {
+        "hash_sha1": sha1,
+        "distance": d.get("distance"),
+        "phash": d.get("phash"),
+        "file_path": path,
+        # The name it was uploaded under when ingestion recorded it, else the stored file's name.
+        "file_name": d.get("name") or (PurePosixPath(path).name if path else None),
+        "at": _iso(d.get("at")),
+    }
+
+
+def dedup_groups(r, data_dir: Path, *, limit: int = 50, cursor: int = 0, thumbs: bool = False) -> dict:
+    """One page of groups: {groups: [{kept, duplicates}], total_groups, total_duplicates, next_cursor}."""
+    members: dict[str, list[tuple[str, dict]]] = {}
+    for sha1, raw in r.hscan_iter(DUPS_KEY, count=1000):
+        d = orjson.loads(raw)
+        members.setdefault(d["dedup_of"], []).append((sha1, d))
+    order = sorted(members, key=lambda lid: (-len(members[lid]), lid))
+    page = order[cursor : cursor + limit]
+    collection = vector_index.active_name(r)
+    groups = []
+    for label_id in page:
+        kept = _kept_label(r, collection, label_id)
+        dups = sorted((_duplicate(sha1, d) for sha1, d in members[label_id]), key=lambda x: x["distance"] or 0)
+        if thumbs:
+            kept["thumbnail"] = thumbnail(data_dir, kept["file_path"])
+            for d in dups:
+                d["thumbnail"] = thumbnail(data_dir, d["file_path"])
+        groups.append({"kept": kept, "duplicates": dups})
+    nxt = cursor + limit if cursor + limit < len(order) else None
+    return {
+        "groups": groups,
+        "total_groups": len(order),
+        "total_duplicates": sum(len(v) for v in members.values()),
+        "next_cursor": nxt,
+    }

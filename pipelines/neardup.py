@@ -1,0 +1,138 @@
+"""The second stage of near-duplicate detection: is a pHash candidate really the same label?
+
+The pHash multi-index (pipelines.phash_index) returns every indexed label within a loose radius;
+each candidate then passes two independent checks, precision first (a false merge silently drops
+a distinct label from search, a missed one only leaves a duplicate entry):
+
+1. the uploader's fields: a different non-empty category, brand_name or product_name is never
+   the same label (a juice is never a duplicate of a sake, a brewery's product line shares a
+   design but not a product name). All three given and equal is evidence the other way: such a
+   candidate is judged at any pHash distance (a crop too far for the hash) and passes the image
+   check at FIELDS_AGREE_MAX_SCORE;
+2. the image: the query is aligned onto the candidate's stored 32x32 signature and compared
+   block by block (`imaging.verify`), so a label printed from the same design with other text
+   is told apart from a crop, a rotation or a phone photo of the same label.
+
+Per indexed image Redis holds a signature entry (JSON: base64 signature and the three fields),
+written by the same atomic step that indexes its pHash, so any worker on any host can verify.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from PIL import Image
+
+from pipelines import imaging
+
+FIELD_KEYS = ("category", "brand_name", "product_name")
+# The image check's limit when category, brand and product all agree: the fields already rule out
+# the hard negatives (same design, other text), so the image only has to be the same picture
+# (aligned: residual <= 0.8, worst block 1 - correlation <= 0.9), not pass the block test made
+# for telling text apart.
+FIELDS_AGREE_MAX_SCORE = 5.0
+
+
+def normalise(value) -> str:
+    """Field value as compared: NFKC, case-folded, inner whitespace collapsed."""
+    if value is None:
+        return ""
+    return " ".join(unicodedata.normalize("NFKC", str(value)).casefold().split())
+
+
+def fields_conflict(a: dict, b: dict) -> str | None:
+    """The first field both give and that differs, or None."""
+    for k in FIELD_KEYS:
+        x, y = normalise(a.get(k)), normalise(b.get(k))
+        if x and y and x != y:
+            return k
+    return None
+
+
+def fields_agree(a: dict, b: dict) -> bool:
+    """All three fields given on both sides and equal."""
+    return all(normalise(a.get(k)) and normalise(a.get(k)) == normalise(b.get(k)) for k in FIELD_KEYS)
+
+
+def fields_digest(fields: dict | None) -> str:
+    """Key of the same-fields set, or '' when a field is missing."""
+    vals = [normalise((fields or {}).get(k)) for k in FIELD_KEYS]
+    if not all(vals):
+        return ""
+    return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
+
+
+def make_entry(sig: bytes, fields: dict | None) -> str:
+    fields = fields or {}
+    doc = {"s": base64.b64encode(sig).decode("ascii")}
+    doc.update({k: normalise(fields.get(k)) for k in FIELD_KEYS if normalise(fields.get(k))})
+    return orjson.dumps(doc).decode()
+
+
+def parse_entry(entry: str | None) -> tuple[bytes | None, dict]:
+    if not entry:
+        return None, {}
+    doc = orjson.loads(entry)
+    sig = base64.b64decode(doc.pop("s")) if doc.get("s") else None
+    return sig, doc
+
+
+@dataclass
+class Match:
+    label_id: str
+    distance: int
+    score: float | None  # verifier score (<= 1.0 is a match); None: judged by distance alone
+
+
+@dataclass
+class Verifier:
+    """Called by PHashIndex.check_and_insert with candidates (label_id, distance, entry); returns
+    the best one that is the same label, or None. `judged` keeps every verdict for the report."""
+
+    image: Image.Image
+    sig: bytes
+    fields: dict
+    legacy_threshold: int  # entries indexed before signatures existed: distance alone decides
+    use_fields: bool = True
+    judged: list[dict] = field(default_factory=list)
+
+    def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
+        verdicts: list[tuple[str, int, dict[str, Any]]] = []
+        to_compare: list[tuple[int, bytes, float]] = []  # (verdict row, signature, limit)
+        for label_id, distance, entry in candidates:
+            sig, theirs = parse_entry(entry)
+            verdict: dict[str, Any]
+            conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
+            if conflict:
+                verdict = {"same": False, "reason": f"different {conflict}"}
+            elif sig is None:
+                verdict = {"same": distance <= self.legacy_threshold, "reason": "no signature: pHash distance"}
+            else:
+                agree = self.use_fields and fields_agree(self.fields, theirs)
+                verdict = {"same": False, "reason": "verifier" + (" (fields agree)" if agree else "")}
+                to_compare.append((len(verdicts), sig, FIELDS_AGREE_MAX_SCORE if agree else 1.0))
+            verdicts.append((label_id, distance, verdict))
+        scores = imaging.verify_many(self.image, [sig for _i, sig, _l in to_compare], self.sig)
+        for (row, _sig, limit), score in zip(to_compare, scores, strict=True):
+            verdicts[row][2].update(same=score <= limit, score=round(score, 4))
+        best: Match | None = None
+        for label_id, distance, verdict in verdicts:
+            self.judged.append({"label_id": label_id, "distance": distance, **verdict})
+            if verdict["same"]:
+                found = verdict.get("score")
+                rank = (found if found is not None else 0.0, distance)
+                if best is None or rank < ((best.score or 0.0), best.distance):
+                    best = Match(label_id, distance, found)
+        return best
+
+
+def verifier_for(image: Image.Image, fields: dict | None, legacy_threshold: int, *, use_fields: bool = True):
+    """(signature entry to store, fields digest, verifier) for one decoded image and its fields."""
+    sig = imaging.signature(image)
+    fields = (fields or {}) if use_fields else {}
+    return make_entry(sig, fields), fields_digest(fields), Verifier(image, sig, fields, legacy_threshold, use_fields)

@@ -1,0 +1,129 @@
+"""Inline-document retrieve: a query plus the documents themselves → the best passages.
+
+`retrieve_inline` is the whole operation for the API and the job; `embed_chunk_texts` is the
+follow-up job that warms the vector cache for chunks a request could not embed within its time
+budget. The deterministic extractor (pipelines.retrieve.rank) answers every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipelines.retrieve import rank as R
+from pipelines.retrieve.vectors import passage_vectors, query_vector
+
+log = logging.getLogger("yana.retrieve")
+
+PATH_EXTRACTOR = "extractor"
+
+
+@dataclass
+class Options:
+    top_k: int = 5
+    max_chunk_chars: int = 800
+    min_score: float = 0.0
+    include_spans: bool = True
+    timeout_ms: int = 10_000
+
+
+@dataclass
+class Outcome:
+    results: list[dict]
+    warnings: list[str]
+    path: str
+    lexical_only_texts: list[str] = field(default_factory=list)  # chunks left to embed
+    stats: dict = field(default_factory=dict)
+
+
+def size_of(documents: list[dict]) -> int:
+    """Bytes of document text (the cap that sends a retrieve to a job)."""
+    return sum(len(d["text"].encode("utf-8")) for d in documents)
+
+
+def chunk_count(documents: list[dict], max_chunk_chars: int) -> int:
+    return len(R.chunk_all([d["text"] for d in documents], max_chunk_chars))
+
+
+def retrieve_inline(query: str, documents: list[dict], options: Options, *, deadline: float | None = None) -> Outcome:
+    """Rank `documents` ({id, text, metadata}) for `query`. Chunks without a cached vector are
+    embedded until `deadline` (time.monotonic()); those left are ranked lexically only."""
+    t0 = time.monotonic()
+    if deadline is None:
+        deadline = t0 + options.timeout_ms / 1000.0
+    texts = [d["text"] for d in documents]
+    warnings: list[str] = []
+    stats: dict = {}
+    qv: np.ndarray | None
+    try:
+        qv = query_vector(query)
+    except Exception:  # no model: still an answer, lexically
+        log.warning("query embedding failed; lexical ranking only", exc_info=True)
+        qv = None
+        warnings.append("the embedding model is unavailable: ranked lexically only")
+
+    # Embedding stops early enough to leave time for ranking and the answer within the budget.
+    embed_deadline = deadline - min(1.0, 0.1 * max(0.0, deadline - t0))
+
+    def chunk_vectors(chunk_texts: list[str]):
+        pv = passage_vectors(chunk_texts, deadline=embed_deadline)
+        stats.update(cache_hits=pv.hits, embedded=pv.embedded, chunks=len(chunk_texts))
+        return pv.vectors, pv.present
+
+    ranking = R.rank(
+        query,
+        texts,
+        max_chunk_chars=options.max_chunk_chars,
+        chunk_vectors=chunk_vectors if qv is not None else None,
+        query_vector=qv,
+        windows=options.top_k + 32,  # passages only for what can be returned (margin: ties by doc_id)
+    )
+    left = [ranking.chunks[i].text for i in ranking.lexical_only]
+    if left:
+        warnings.append(
+            f"{len(left)} of {len(ranking.chunks)} chunks were not embedded within the time budget"
+            " and were ranked lexically only; they are being embedded for the next request"
+        )
+    ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))
+    results = []
+    for r in ordered:
+        if r.score < options.min_score:
+            continue
+        doc = documents[r.doc_index]
+        a, b = r.window
+        item = {"doc_id": doc["id"], "score": r.score, "text": doc["text"][a:b], "metadata": doc.get("metadata")}
+        item["spans"] = [R.span_of(doc["text"], r.window)] if options.include_spans else []
+        results.append(item)
+        if len(results) >= options.top_k:
+            break
+    warnings.append(f"answered by the {PATH_EXTRACTOR} (deterministic hybrid BM25 + dense ranking, no LLM)")
+    stats["elapsed_ms"] = round(1000 * (time.monotonic() - t0), 1)
+    return Outcome(results, warnings, PATH_EXTRACTOR, sorted(set(left)), stats)
+
+
+def embed_chunk_texts(texts: list[str], progress=None) -> dict:
+    """Embed (and cache) chunk texts in batches; the follow-up of a request that ran out of time."""
+    done = 0
+    batch = 64
+    for s in range(0, len(texts), batch):
+        part = texts[s : s + batch]
+        passage_vectors(part, deadline=None)
+        done += len(part)
+        if progress is not None:
+            progress("embed", done, len(texts))
+    return {"embedded": done}
+
+
+def run_retrieve_job(ctx, query: str, documents: list[dict], options: dict) -> dict:
+    """A whole retrieve as a job (large request or `Prefer: respond-async`): no time budget, every
+    chunk embedded, the response body as the job's result."""
+    opts = Options(**options)
+    if ctx is not None:
+        ctx.progress("retrieve", 0, 1)
+    out = retrieve_inline(query, documents, opts, deadline=float("inf"))
+    if ctx is not None:
+        ctx.progress("retrieve", 1, 1)
+    return {"results": out.results, "warnings": out.warnings, "path": out.path}

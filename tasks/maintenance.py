@@ -1,0 +1,111 @@
+"""Maintenance that every worker runs in its main process: reconcile stalled jobs, hand due
+webhook deliveries to the webhooks queue, remove abandoned upload staging folders. Every step is
+atomic (a Redis operation, or a folder removal that tolerates a concurrent one), so any number
+of workers can run it at once without double work.
+
+It lives with the tasks (it enqueues them) and starts itself on Celery's worker signals: the
+worker package imports nothing from tasks/."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from celery import signals
+
+from pipelines.ingest_accept import sweep_staging
+from tasks import registry
+from tasks.webhooks import deliver, dispatcher
+from workers.queues import WORKER_KEY
+from yana.clients import get_redis
+from yana.settings import get_settings
+
+log = logging.getLogger("yana.maintenance")
+
+
+def reconcile_once() -> dict:
+    """Re-enqueue running jobs whose heartbeat stopped; fail those out of attempts."""
+    s = get_settings()
+    store = registry.job_store()
+    counts = {"requeued": 0, "failed": 0}
+    for job_id in store.active_ids():
+        attempts = store.release_stale(job_id)
+        if attempts is None:
+            continue
+        job = store.get(job_id)
+        if job is None:
+            continue
+        max_attempts = job["max_attempts"] or s.job_max_attempts
+        if attempts >= max_attempts:
+            store.fail(
+                job_id,
+                {
+                    "code": "WORKER_LOST",
+                    "message": f"the worker running this job stopped heartbeating {attempts} time(s); giving up",
+                    "retryable": False,
+                },
+            )
+            counts["failed"] += 1
+            log.warning("job failed after lost workers", extra={"job_id": job_id, "attempts": attempts})
+        else:
+            registry.send(job)
+            counts["requeued"] += 1
+            log.warning("job re-enqueued after its heartbeat stopped", extra={"job_id": job_id, "attempts": attempts})
+    return counts
+
+
+def dispatch_webhooks_once() -> int:
+    due = dispatcher().claim_due()
+    for job_id in due:
+        deliver.apply_async(args=[job_id])
+    return len(due)
+
+
+def sweep_staging_once() -> int:
+    """Remove upload staging folders left without a job (see pipelines.ingest_accept)."""
+    s = get_settings()
+    return sweep_staging(get_redis(), s.data_dir, s.staging_grace_s)
+
+
+def announce_worker() -> None:
+    """Liveness for `yana up`, the test harness and /v1/healthz: this worker's key, with a TTL."""
+    ttl = max(10, int(get_settings().reconcile_interval_s * 5))
+    get_redis().set(WORKER_KEY.format(os.getpid()), socket.gethostname(), ex=ttl)
+
+
+class MaintenanceLoop(threading.Thread):
+    def __init__(self, interval_s: float):
+        super().__init__(name="yana-maintenance", daemon=True)
+        self.interval_s = interval_s
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        steps = (announce_worker, reconcile_once, dispatch_webhooks_once, sweep_staging_once)
+        try:
+            announce_worker()
+        except Exception:  # noqa: BLE001
+            log.warning("worker announce failed", exc_info=True)
+        while not self.stop.wait(self.interval_s):
+            for step in steps:
+                try:
+                    step()
+                except Exception:  # noqa: BLE001 - Redis blip; the next tick retries
+                    log.warning("maintenance step %s failed", step.__name__, exc_info=True)
+
+
+_loop: MaintenanceLoop | None = None
+
+
+@signals.worker_ready.connect
+def _start(**_) -> None:
+    global _loop
+    _loop = MaintenanceLoop(get_settings().reconcile_interval_s)
+    _loop.start()
+
+
+@signals.worker_shutdown.connect
+def _stop(**_) -> None:
+    if _loop is not None:
+        _loop.stop.set()

@@ -1,0 +1,113 @@
+"""/v1/retrieve over real HTTP: seed 002's contract, errors, exact spans, the shared vector cache,
+the cold time budget with its follow-up job, and respond-async jobs."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from tests.stack import wait_job
+
+JA_DOC = "日本酒の歴史は古い。小樽の酒蔵は明治に始まった。\n\n🍣と🍶はよく合う。北海道の米で造る酒は軽やかだ。"
+DOCS = [
+    {"id": "b-tides", "text": "The tide rises twice a day because the moon pulls the ocean.", "metadata": {"src": "t"}},
+    {"id": "a-sake", "text": JA_DOC, "metadata": {"lang": "ja", "n": 1}},
+    {"id": "c-bread", "text": "Bread riots spread in 1789 when flour prices doubled. 🍞 Crowds marched."},
+]
+
+
+def _fresh(docs: list[dict]) -> list[dict]:
+    """The same documents with a unique sentence, so their chunks are not in the cache yet."""
+    tag = uuid.uuid4().hex[:8]
+    return [{**d, "text": d["text"] + f" Note {tag}."} for d in docs]
+
+
+def _post(api: httpx.Client, body, **kw) -> httpx.Response:
+    return api.post("/v1/retrieve", json=body, **kw)
+
+
+def test_seed_contract_and_exact_spans(api):
+    r = _post(api, {"query": "小樽の酒蔵はいつ始まった", "documents": DOCS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert uuid.UUID(body["trace_id"]) and isinstance(body["warnings"], list)
+    assert body["path"] == "extractor" and any("extractor" in w for w in body["warnings"])
+    results = body["results"]
+    assert results[0]["doc_id"] == "a-sake" and results[0]["metadata"] == {"lang": "ja", "n": 1}
+    keys = [(-x["score"], x["doc_id"]) for x in results]
+    assert keys == sorted(keys)
+    by_id = {d["id"]: d for d in DOCS}
+    for x in results:
+        assert 0.0 <= x["score"] <= 1.0
+        raw = by_id[x["doc_id"]]["text"].encode("utf-8")
+        assert [raw[s["start"] : s["end"]].decode("utf-8") for s in x["spans"]] == [x["text"]]
+    assert results[0]["text"] in JA_DOC
+
+
+def test_options_top_k_min_score_spans_and_determinism(api):
+    body = {"query": "bread flour riots 1789", "documents": DOCS, "options": {"top_k": 1, "include_spans": False}}
+    a, b = _post(api, body).json(), _post(api, body).json()
+    assert len(a["results"]) == 1 and a["results"][0]["doc_id"] == "c-bread" and a["results"][0]["spans"] == []
+    assert [x["score"] for x in a["results"]] == [x["score"] for x in b["results"]]
+    none = _post(api, {"query": "bread", "documents": DOCS, "options": {"min_score": 1.0}}).json()
+    assert all(x["score"] >= 1.0 for x in none["results"])
+    emoji = _post(api, {"query": "🍞 crowds marched", "documents": DOCS, "options": {"max_chunk_chars": 30}}).json()
+    text = DOCS[2]["text"].encode("utf-8")
+    top = emoji["results"][0]
+    span = top["spans"][0]
+    assert top["doc_id"] == "c-bread" and text[span["start"] : span["end"]].decode("utf-8") == top["text"]
+
+
+def _error(r: httpx.Response, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"]["code"] == code and body["error"]["message"] and body["trace_id"]
+    return body
+
+
+def test_errors(api):
+    bad_json = api.post(
+        "/v1/retrieve", content=b'{"query": "x", "documents": [', headers={"content-type": "application/json"}
+    )
+    _error(bad_json, 400, "BAD_REQUEST")
+    _error(_post(api, {"query": "x"}), 400, "BAD_REQUEST")
+    assert (
+        "documents is empty"
+        in _error(_post(api, {"query": "x", "documents": []}), 400, "BAD_REQUEST")["error"]["message"]
+    )
+    _error(_post(api, {"query": "", "documents": DOCS}), 422, "UNPROCESSABLE")
+    _error(_post(api, {"query": "   ", "documents": DOCS}), 422, "UNPROCESSABLE")
+    _error(_post(api, {"query": "x", "documents": DOCS, "options": {"top_k": 0}}), 422, "UNPROCESSABLE")
+    _error(_post(api, {"query": "x", "documents": [{"id": "a", "text": 3}]}), 422, "UNPROCESSABLE")
+    _error(_post(api, {"query": "x", "documents": [{"text": "no id"}]}), 400, "BAD_REQUEST")
+
+
+def test_cache_is_shared_by_api_processes_and_cold_requests_stay_in_budget(api, stack):
+    docs = _fresh(DOCS)
+    # Cold, with a budget too small to embed anything: lexical ranking, a warning, a follow-up job.
+    cold = _post(api, {"query": "why does the tide rise", "documents": docs, "options": {"timeout_ms": 1}})
+    assert cold.status_code == 200, cold.text
+    cb = cold.json()
+    assert cb["results"][0]["doc_id"] == "b-tides"
+    assert any("lexically only" in w for w in cb["warnings"]) and cb["embed_job_id"]
+    job = wait_job(api, cb["embed_job_id"], timeout_s=120)
+    assert job["status"] == "succeeded", job
+    # Warm, on a second API process: every chunk comes from the shared Redis cache.
+    other = stack.start_api(name="api-retrieve-2")
+    with httpx.Client(base_url=other.url, timeout=60) as api2:
+        warm = _post(api2, {"query": "why does the tide rise", "documents": docs}).json()
+    assert warm["stats"]["cache_hits"] == warm["stats"]["chunks"] == len(docs)
+    assert warm["stats"]["embedded"] == 0 and warm["embed_job_id"] is None
+    assert not any("lexically only" in w for w in warm["warnings"])
+    assert warm["results"][0]["doc_id"] == "b-tides"
+
+
+def test_respond_async_runs_the_retrieve_as_a_job(api):
+    r = _post(api, {"query": "flour prices", "documents": _fresh(DOCS)}, headers={"Prefer": "respond-async"})
+    assert r.status_code == 202, r.text
+    job = wait_job(api, r.json()["job_id"], timeout_s=120)
+    assert job["status"] == "succeeded", job
+    result = job["result"]
+    assert result["results"][0]["doc_id"] == "c-bread" and result["path"] == "extractor"
+    assert not any("lexically only" in w for w in result["warnings"])

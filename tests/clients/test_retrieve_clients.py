@@ -1,0 +1,92 @@
+"""The stdlib client and the LangChain / LlamaIndex adapters against the real API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from clients.retrieve import RetrieveClient, RetrieveError
+
+DOCS = [
+    {"id": "tides", "text": "The tide rises twice a day because the moon pulls the ocean.", "metadata": {"k": 1}},
+    {"id": "bread", "text": "Bread riots spread in 1789 when flour prices doubled. 🍞 Crowds marched."},
+]
+
+
+@pytest.fixture(scope="module")
+def client(stack, api) -> RetrieveClient:
+    return RetrieveClient(stack.api_url, timeout=60)
+
+
+def test_health_version_retrieve_and_errors(client):
+    assert client.health()["status"] == "ok"
+    assert client.version()["version"]
+    out = client.retrieve("what makes the tide rise", DOCS, {"top_k": 1})
+    assert out["results"][0]["doc_id"] == "tides" and out["results"][0]["metadata"] == {"k": 1}
+    with pytest.raises(RetrieveError) as err:
+        client.retrieve("", DOCS)
+    assert err.value.code == "UNPROCESSABLE" and err.value.status == 422 and err.value.trace_id
+    assert err.value.retryable is False
+    with pytest.raises(RetrieveError) as err:
+        RetrieveClient("http://127.0.0.1:9", timeout=2).health()
+    assert err.value.retryable
+
+
+def test_async_job_polling(client):
+    accepted = client.retrieve_async("flour prices", DOCS)
+    job = client.wait_job(accepted["job_id"], timeout=120)
+    assert client.job_result(job)["results"][0]["doc_id"] == "bread"
+
+
+def test_search_over_the_stored_corpus(client):
+    out = client.search("dassai", k=3)
+    assert "hits" in out and isinstance(out["hits"], list)
+
+
+def test_langchain_retrievers(stack, api):
+    from langchain_core.documents import Document
+
+    from clients.langchain import YanaRetriever, YanaSearchRetriever
+
+    r = YanaRetriever(base_url=stack.api_url, documents=DOCS, options={"top_k": 1})
+    docs = r.invoke("why did crowds march over bread")
+    assert len(docs) == 1 and isinstance(docs[0], Document) and docs[0].id == "bread"
+    assert 0 <= docs[0].metadata["score"] <= 1 and docs[0].metadata["spans"]
+    lc_docs = [Document(page_content=d["text"], id=d["id"]) for d in DOCS]
+    assert YanaRetriever(base_url=stack.api_url, documents=lc_docs).invoke("moon and ocean")[0].id == "tides"
+    assert isinstance(YanaSearchRetriever(base_url=stack.api_url, k=2).invoke("sake"), list)
+
+
+def test_llamaindex_retrievers(stack, api):
+    from llama_index.core.schema import NodeWithScore
+
+    from clients.llamaindex import YanaRetriever, YanaSearchRetriever
+
+    nodes = YanaRetriever(stack.api_url, DOCS, options={"top_k": 2}).retrieve("moon and ocean")
+    assert isinstance(nodes[0], NodeWithScore) and nodes[0].node.metadata["doc_id"] == "tides"
+    assert nodes[0].score >= nodes[-1].score
+    assert isinstance(YanaSearchRetriever(stack.api_url, k=2).retrieve("sake"), list)
+
+
+def test_missing_extra_names_it():
+    code = (
+        "import sys; sys.modules['langchain_core'] = None; sys.modules['llama_index'] = None\n"
+        "for m in ('clients.langchain', 'clients.llamaindex'):\n"
+        "    try:\n        __import__(m)\n    except ImportError as e:\n        print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert "yana[langchain]" in out and "yana[llamaindex]" in out
+
+
+def test_clients_import_without_network():
+    """llama-index-core must import with no network (some versions fetch NLTK data on import)."""
+    code = (
+        "import socket\n"
+        "def deny(*a, **k):\n    raise OSError('network disabled')\n"
+        "socket.socket.connect = deny; socket.create_connection = deny; socket.getaddrinfo = deny\n"
+        "import clients.llamaindex, clients.langchain, clients.retrieve\nprint('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip().endswith("ok"), res.stderr[-2000:]

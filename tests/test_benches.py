@@ -1,0 +1,70 @@
+"""Every bench runs at a tiny size, so none rots: each must exit 0 and print its numbers. The
+sizes are for coverage, not measurement (real runs: see each script's docstring)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli import processes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY = {
+    "chat_deadline.py": ["--n", "1", "--budget-ms", "3000"],
+    "chat_latency.py": ["--n", "5", "--llm-ms", "50", "--turns", "2,3"],
+    "contract_overhead.py": ["--n", "50"],
+    "ingest_rate.py": ["--n", "8", "--batch", "4", "--parallel", "1"],
+    "jobs_runtime.py": ["--jobs", "20", "--paced", "5"],
+    "embed_throughput.py": ["--quick"],
+    "neardup_eval.py": ["--quick"],
+    "retrieve_eval.py": ["--quick"],
+    "retrieve_latency.py": ["--quick"],
+    "think_eval.py": ["--quick", "--jobs", "3"],
+    "fault_run.py": [
+        "--labels",
+        "24",
+        "--batch",
+        "4",
+        "--chroma-pause",
+        "3",
+        "--receiver-down",
+        "4",
+        "--gap",
+        "1",
+        "--settle",
+        "40",
+    ],
+    "memo_latency.py": ["--memos", "200", "--saves", "3", "--queries", "5", "--turns", "5"],
+    "phash_lookup.py": ["--sizes", "2000", "--queries", "50", "--redis-ops", "20", "--labels", "20"],
+    "reembed_swap.py": ["--n", "12"],
+    "search_eval.py": ["--seeds", "0", "--labels", "120"],
+    "search_latency.py": ["--sizes", "2000", "--queries", "10", "--repeat", "1", "--labels", "200"],
+}
+
+
+def test_every_bench_has_a_tiny_size():
+    assert {p.name for p in (ROOT / "bench").glob("*.py")} == set(TINY)
+
+
+@pytest.mark.stack  # each bench starts its own processes
+@pytest.mark.parametrize("script", sorted(TINY))
+def test_bench_runs_at_a_tiny_size(script):
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *TINY[script]],
+        cwd=ROOT,
+        env=processes.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"\d", proc.stdout), f"{script} printed no numbers:\n{out[-2000:]}"
+    print(f"{script}: {time.monotonic() - t0:.1f}s")
