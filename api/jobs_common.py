@@ -22,7 +22,15 @@ def accept_job(kind: str, params: dict, callback_url: str | None = None, **kw) -
     if callback_url:
         resolve_target(callback_url, get_settings().webhook_allow)  # 400 now, not a silent failure later
     corr = context.current()
-    job = registry.enqueue(kind, params, correlation=corr.as_dict() if corr else None, callback_url=callback_url, **kw)
+    idem = context.idempotency_record()
+    job = registry.enqueue(
+        kind,
+        params,
+        correlation=corr.as_dict() if corr else None,
+        callback_url=callback_url,
+        once=(idem, kind) if idem else None,
+        **kw,
+    )
     return {
         "job_id": job["id"],
         "status": job["status"],

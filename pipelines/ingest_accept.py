@@ -227,7 +227,10 @@ def accept_ingest(req: IngestInput, *, enqueue: Enqueue, r, s: Settings) -> Dupl
                 source = {"kind": "stored", "path": f"{STAGING}/{job_id}/{i}.bin"}
             items.append({"index": i, "name": img.name, "source": source, "fields": img.fields})
         params = {"items": items, "documents": documents, "strict": req.strict}
-        return enqueue(job_id, params, req.callback_url)
+        accepted = enqueue(job_id, params, req.callback_url)
+        if accepted.get("job_id") != job_id:  # an Idempotency-Key retry: the first job has its own files
+            shutil.rmtree(folder, ignore_errors=True)
+        return accepted
     except BaseException:
         if folder.exists() and _job_exists(r, job_id) is False:
             shutil.rmtree(folder, ignore_errors=True)

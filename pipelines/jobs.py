@@ -153,7 +153,13 @@ class JobStore:
         parent_id: str | None = None,
         max_attempts: int = 3,
         meta: dict | None = None,
+        once: tuple[str, str] | None = None,
+        once_ttl_s: int = 24 * 3600,
     ) -> dict:
+        """Create a queued job. With `once` (a Redis hash of an Idempotency-Key's jobs, and the
+        field for this kind), at most one job is ever created for that key and kind: a later call
+        returns the job the first one created (marked `existing`). That holds even when the process that created it died before the key's
+        response was recorded, which the key's own in-flight lease cannot tell."""
         job_id = job_id or uuid.uuid4().hex
         corr = correlation or {}
         ts = now_iso()
@@ -178,15 +184,48 @@ class JobStore:
             "meta": _dump(meta or {}),
         }
         created_ms = int(time.time() * 1000)
-        with self.r.pipeline(transaction=True) as p:
-            p.hset(job_key(job_id), mapping=record)
-            p.zadd(RECENT, {job_id: created_ms})
-            p.sadd(ACTIVE, job_id)
-            p.execute()
+        if once is not None:
+            existing = self._write_once(once, once_ttl_s, job_id, record, created_ms)
+            if existing is not None:
+                return existing
+        else:
+            with self.r.pipeline(transaction=True) as p:
+                self._write_new(p, job_id, record, created_ms)
+                p.execute()
         job = self.get(job_id)
         if job is None:  # expired between the write and the read: retention shorter than a round trip
             raise internal(f"job {job_id} vanished right after it was created")
         return job
+
+    @staticmethod
+    def _write_new(p, job_id: str, record: dict, created_ms: int) -> None:
+        p.hset(job_key(job_id), mapping=record)
+        p.zadd(RECENT, {job_id: created_ms})
+        p.sadd(ACTIVE, job_id)
+
+    def _write_once(self, once: tuple[str, str], ttl_s: int, job_id: str, record: dict, created_ms: int) -> dict | None:
+        """Write the job and bind it to `once` in one transaction, unless a job is bound there
+        already: then return that job (None when ours was written)."""
+        once_key, field = once
+        for _ in range(5):
+            with self.r.pipeline(transaction=True) as p:
+                try:
+                    p.watch(once_key)
+                    bound = p.hget(once_key, field)
+                    if bound is not None:
+                        p.unwatch()
+                        job = self.get(bound)
+                        if job is not None:
+                            return {**job, "existing": True}
+                    p.multi()
+                    self._write_new(p, job_id, record, created_ms)
+                    p.hset(once_key, field, job_id)
+                    p.expire(once_key, max(1, ttl_s))
+                    p.execute()
+                    return None
+                except redis.WatchError:
+                    continue
+        raise internal("job creation for an Idempotency-Key kept being contended")
 
     def get(self, job_id: str) -> dict | None:
         raw = self.r.hgetall(job_key(job_id))

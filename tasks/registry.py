@@ -74,8 +74,12 @@ def enqueue(
     job_id: str | None = None,
     parent_id: str | None = None,
     meta: dict | None = None,
+    once: tuple[str, str] | None = None,
 ) -> dict:
-    """Create the job record, then send its message. Returns the record."""
+    """Create the job record, then send its message. Returns the record. With `once` a job
+    already bound to that key is returned (`existing`: true); if it is still queued its message is
+    sent again, since the process that created it may have died before sending (a second message
+    for a job is dropped by the task base once the first has claimed it)."""
     if kind not in KINDS:
         raise KeyError(kind)
     s = get_settings()
@@ -89,8 +93,11 @@ def enqueue(
         parent_id=parent_id,
         max_attempts=s.job_max_attempts,
         meta=meta,
+        once=once,
+        once_ttl_s=s.idempotency_ttl_s,
     )
-    send(job)
+    if not job.get("existing") or job["status"] == "queued":
+        send(job)
     return job
 
 

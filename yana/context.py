@@ -57,3 +57,21 @@ def body_ids() -> dict:
     """run_id / trace_id of the current request, for the bodies the seed says carry them."""
     corr = _current.get()
     return {"run_id": corr.run_id if corr else None, "trace_id": corr.trace_id if corr else None}
+
+
+# Where the jobs of the current request's Idempotency-Key are bound (a Redis hash, set by the API
+# middleware): job creation binds each job to it, so a retry after a crash finds that job instead
+# of making another.
+_idempotency: contextvars.ContextVar[str | None] = contextvars.ContextVar("yana_idem", default=None)
+
+
+def idempotency_record() -> str | None:
+    return _idempotency.get()
+
+
+def set_idempotency_record(key: str | None) -> contextvars.Token:
+    return _idempotency.set(key)
+
+
+def reset_idempotency_record(token: contextvars.Token) -> None:
+    _idempotency.reset(token)

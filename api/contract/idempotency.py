@@ -7,6 +7,10 @@ same key with another request gets 422; an empty or malformed key 400. Only 2xx 
 kept: after an error the key is released and a retry runs again. After a time-out the claim is
 left to expire with its lease, since the handler may still be creating the job.
 
+A job created under a key is bound to it in the same Redis transaction (`jobs_key`, see
+JobStore.create), so the key never yields two jobs, even when the API process dies between
+creating the job and recording the response: the retry runs again and gets the first job.
+
 The request fingerprint ignores what a client legitimately varies between retries: JSON key order
 and whitespace, form field order, the multipart boundary.
 """
@@ -94,6 +98,11 @@ class IdempotencyStore:
     def redis_key(identity: str, key: str) -> str:
         return KEY_PREFIX + hashlib.sha256(f"{identity}\n{key}".encode()).hexdigest()
 
+    @staticmethod
+    def jobs_key(rkey: str) -> str:
+        """The hash of the jobs created under this key, one per kind (pipelines.jobs binds them)."""
+        return rkey + ":jobs"
+
     async def claim(self, identity: str, key: str, fp: str, lease_s: int) -> Claim | StoredResponse:
         """Claim the key for this request, or return the stored response to replay.
         Raises 409 while another request with the key runs, 422 for a different request."""
@@ -110,6 +119,11 @@ class IdempotencyStore:
             if stored.get("fp") != fp:
                 raise YanaError.of(ErrorCode.UNPROCESSABLE, "Idempotency-Key was already used with a different request")
             if stored.get("state") != "complete":
+                if await self.r.exists(self.jobs_key(rkey)):
+                    # Its job exists: the first request got that far and may have died since (its
+                    # lease cannot tell). Run again; job creation returns the job bound to the key.
+                    await self.r.set(rkey, record, xx=True, ex=max(1, lease_s))  # ours now
+                    return Claim(rkey, owner)
                 err = conflict("a request with this Idempotency-Key is still being processed", retryable=True)
                 err.headers = {"Retry-After": "1"}  # type: ignore[attr-defined]
                 raise err

@@ -392,6 +392,7 @@ class ContractMiddleware:
         if isinstance(claimed, StoredResponse):
             await self.replay(send, claimed, rp)
             return
+        bound = context.set_idempotency_record(store.jobs_key(claimed.key))
         try:
             buffer = await self.call_app(scope, replaying_receive(body, receive), send, rp, capture=True)
         except YanaError as err:
@@ -401,6 +402,8 @@ class ContractMiddleware:
         except BaseException:
             await store.release(claimed)
             raise
+        finally:
+            context.reset_idempotency_record(bound)
         # Recorded before the caller sees the response, so its next retry finds it complete.
         try:
             if 200 <= buffer.status < 300:

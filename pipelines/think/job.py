@@ -5,7 +5,9 @@ an answer of the Librarian, so the job still succeeds; only a crash fails it).""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
+from pipelines.think import planner
 from pipelines.think.graph import SearchFn, ThinkDeps, our_search, run_loop
 from pipelines.think.llm import build_think_llm
 from pipelines.think.models import ThinkRequest
@@ -15,8 +17,14 @@ from yana.settings import get_settings
 _RESULT_DROP = ("state", "searches", "queries_text", "queries_vector", "filters_hint")
 
 
-def run_think_job(ctx, params: dict, search_fn: SearchFn = our_search) -> dict:
-    """`ctx`: workers' JobContext (progress raises when the job was cancelled), or None."""
+def run_think_job(
+    ctx,
+    params: dict,
+    search_fn: SearchFn = our_search,
+    vocabulary: Callable[[], planner.Vocabulary] = planner.index_vocabulary,
+) -> dict:
+    """`ctx`: workers' JobContext (progress raises when the job was cancelled), or None.
+    `search_fn` and `vocabulary` default to the index's (tests pass their own)."""
     started = time.monotonic()
     try:
         req = ThinkRequest.model_validate(params)
@@ -31,7 +39,11 @@ def run_think_job(ctx, params: dict, search_fn: SearchFn = our_search) -> dict:
     if ctx is not None:
         ctx.progress("planning", 0, min(req.constraints.max_loops, s.think_max_loops))
     out = run_loop(
-        req, ThinkDeps(settings=s, llm=build_think_llm(s)), on_round=on_round, started=started, search_fn=search_fn
+        req,
+        ThinkDeps(settings=s, vocabulary=vocabulary, llm=build_think_llm(s)),
+        on_round=on_round,
+        started=started,
+        search_fn=search_fn,
     )
     if ctx is not None:
         ctx.progress("done", out["round"], out["max_loops"])

@@ -86,6 +86,33 @@ def test_same_key_while_in_flight_is_409(client, redis_client):
     assert replay.status_code == 202 and replay.json()["job_id"] == results["first"].json()["job_id"]
 
 
+def test_a_retry_after_the_api_died_mid_request_gets_the_first_job(client, redis_client):
+    """The API created the job, then died before recording the response: the key's record still
+    says in flight (its lease has not run out). The retry must get that job, not a 409 until the
+    lease expires and then a second job."""
+    k = key()
+    body = {"steps": 1, "step_s": 0}
+    first = client.post("/v1/demo/sleep", json=body, headers={**A, "Idempotency-Key": k})
+    assert first.status_code == 202, first.text
+    stored = IdempotencyStore.redis_key(caller_identity("idem-token-a", None), k)
+    record = json.loads(redis_client.get(stored))
+    assert redis_client.hget(IdempotencyStore.jobs_key(stored), "demo.sleep") == first.json()["job_id"]
+    # What a kill -9 between job creation and the response leaves behind.
+    died = {"state": "in_flight", "fp": record["fp"], "owner": "a-process-that-died"}
+    redis_client.set(stored, json.dumps(died), ex=600)
+    retry = client.post("/v1/demo/sleep", json=body, headers={**A, "Idempotency-Key": k})
+    assert retry.status_code == 202, retry.text
+    assert retry.json()["job_id"] == first.json()["job_id"]
+    # The retry's answer is now the key's record: a third try is a plain replay.
+    third = client.post("/v1/demo/sleep", json=body, headers={**A, "Idempotency-Key": k})
+    assert third.headers["idempotent-replayed"] == "true" and third.json()["job_id"] == first.json()["job_id"]
+    # Without a job bound to it, an in-flight key is still a 409 (the handler may not have got there).
+    k2 = key()
+    stored2 = IdempotencyStore.redis_key(caller_identity("idem-token-a", None), k2)
+    redis_client.set(stored2, json.dumps(died), ex=600)
+    assert_error(client.post("/v1/demo/sleep", json=body, headers={**A, "Idempotency-Key": k2}), 409, "CONFLICT")
+
+
 def test_same_key_with_another_body_is_422(client):
     k = key()
     assert client.post("/test/jobs", json={"name": "one"}, headers={**A, "Idempotency-Key": k}).status_code == 202

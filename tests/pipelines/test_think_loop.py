@@ -171,8 +171,8 @@ def test_cancel_between_rounds(redis_client):
     ctx.progress = progress  # type: ignore[method-assign]
     search = fake_search()
     params = req("小樽の辛口と獺祭の甘口").model_dump(mode="json")  # 獺祭 has no hit: a second round
-    with pytest.raises(JobCancelled):
-        run_think_job(ctx, params, search_fn=search)
+    with pytest.raises(JobCancelled):  # the test's vocabulary, not whatever the stack's index holds now
+        run_think_job(ctx, params, search_fn=search, vocabulary=lambda: VOCAB)
     assert rounds[-1].startswith("round 2/3")
     assert len({c[0] for c in search.calls}) == 2  # round 1's two searches; round 2 never ran
     assert store.get(job["id"])["status"] == "cancelled"
