@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from workers.queues import QUEUES, WORKER_KEY
+from workers.queues import QUEUES, worker_key
 
 
 def free_port() -> int:
@@ -190,7 +190,7 @@ def start_worker(
 
         try:
             r = redis.Redis.from_url(redis_url, socket_timeout=1, decode_responses=True)
-            return r.get(WORKER_KEY.format(proc.pid)) is not None
+            return r.get(worker_key(proc.pid)) is not None
         except redis.RedisError:
             return False
 

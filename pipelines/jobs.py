@@ -119,7 +119,29 @@ local job, hb = KEYS[1], KEYS[2]
 if redis.call('HGET', job, 'status') ~= 'running' then return false end
 if redis.call('EXISTS', hb) == 1 then return false end
 redis.call('HSET', job, 'status', 'queued', 'updated_at', ARGV[1], 'token', '')
+redis.call('HDEL', job, 'reserved_by', 'reserved_at')
 return redis.call('HGET', job, 'attempts')
+"""
+
+
+# A worker main process took a queued job's message off the queue (prefetched, not yet running):
+# who (its liveness key) and when. KEYS: job. ARGV: liveness key, now_ms.
+_MARK_RESERVED = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end
+redis.call('HSET', KEYS[1], 'reserved_by', ARGV[1], 'reserved_at', ARGV[2])
+return 1
+"""
+
+# A queued job whose message a worker main had reserved when it died: that message is unacked
+# until the broker's visibility timeout (hours), so the caller sends a new one. KEYS: job, the
+# reserving worker's liveness key. ARGV: the reservation it saw, reserved before this ms.
+_RELEASE_ORPHANED = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end
+if redis.call('HGET', KEYS[1], 'reserved_by') ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'reserved_at') or '0') > tonumber(ARGV[2]) then return 0 end
+redis.call('HDEL', KEYS[1], 'reserved_by', 'reserved_at')
+return 1
 """
 
 
@@ -139,6 +161,8 @@ class JobStore:
         self._claim = r.register_script(_CLAIM)
         self._transition = r.register_script(_TRANSITION)
         self._reclaim = r.register_script(_RECLAIM_STALE)
+        self._mark_reserved = r.register_script(_MARK_RESERVED)
+        self._release_orphaned = r.register_script(_RELEASE_ORPHANED)
 
     # --- create / read --------------------------------------------------------------------
     def create(
@@ -363,6 +387,25 @@ class JobStore:
         res = self._reclaim(keys=[job_key(job_id), hb_key(job_id)], args=[now_iso()])
         return int(res) if res is not None and res is not False else None
 
+    def mark_reserved(self, job_id: str, worker_key: str) -> bool:
+        """Record that the worker main with liveness key `worker_key` holds this queued job's
+        message. False when the job is not queued (any more)."""
+        return bool(self._mark_reserved(keys=[job_key(job_id)], args=[worker_key, int(time.time() * 1000)]))
+
+    def reserved_states(self, job_ids: list[str]) -> dict[str, tuple[str, str, int]]:
+        """job id -> (status, reserved_by, reserved_at ms) for the jobs given, in one round trip."""
+        with self.r.pipeline(transaction=False) as p:
+            for job_id in job_ids:
+                p.hmget(job_key(job_id), "status", "reserved_by", "reserved_at")
+            rows = p.execute()
+        return {j: (st or "", by or "", int(at or 0)) for j, (st, by, at) in zip(job_ids, rows, strict=True) if st}
+
+    def release_orphaned(self, job_id: str, reserved_by: str, grace_ms: int) -> bool:
+        """Queued, its message reserved more than grace_ms ago by a worker main whose liveness key
+        is gone: clear the reservation and return True (the caller sends the message again)."""
+        before = int(time.time() * 1000) - grace_ms
+        return bool(self._release_orphaned(keys=[job_key(job_id), reserved_by], args=[reserved_by, before]))
+
     def append_webhook_attempt(self, job_id: str, attempt: dict, delivered: bool | None = None) -> None:
         cur = self.get_raw_field(job_id, "webhook")
         hook: dict[str, Any] = orjson.loads(cur) if cur else {"attempts": [], "delivered": False}
@@ -374,7 +417,7 @@ class JobStore:
 
 def public_view(job: dict) -> dict:
     """The record as clients see it (internal bookkeeping left out)."""
-    hidden = {"token", "retention_ms", "params", "meta", "queue"}
+    hidden = {"token", "retention_ms", "params", "meta", "queue", "reserved_by", "reserved_at"}
     out = {k: v for k, v in job.items() if k not in hidden}
     out.setdefault("result", None)
     out.setdefault("error", None)

@@ -18,7 +18,7 @@ from celery import signals
 from pipelines.ingest_accept import sweep_staging
 from tasks import registry
 from tasks.webhooks import deliver, dispatcher
-from workers.queues import WORKER_KEY
+from workers.queues import worker_key
 from yana.clients import get_redis
 from yana.settings import get_settings
 
@@ -26,11 +26,26 @@ log = logging.getLogger("yana.maintenance")
 
 
 def reconcile_once() -> dict:
-    """Re-enqueue running jobs whose heartbeat stopped; fail those out of attempts."""
+    """Re-enqueue running jobs whose heartbeat stopped (fail those out of attempts), and queued
+    jobs whose message a worker main had reserved when it died."""
     s = get_settings()
     store = registry.job_store()
-    counts = {"requeued": 0, "failed": 0}
-    for job_id in store.active_ids():
+    counts = {"requeued": 0, "failed": 0, "resent": 0}
+    states = store.reserved_states(list(store.active_ids()))
+    grace_ms = int(_liveness_ttl_s() * 1000)
+    for job_id, (status, reserved_by, _at) in states.items():
+        if status == "queued" and reserved_by and store.release_orphaned(job_id, reserved_by, grace_ms):
+            job = store.get(job_id)
+            if job is not None:
+                registry.send(job)
+                counts["resent"] += 1
+                log.warning(
+                    "job re-sent: the worker that had taken its message is gone",
+                    extra={"job_id": job_id, "worker": reserved_by},
+                )
+    for job_id, (status, _by, _at) in states.items():
+        if status != "running":
+            continue
         attempts = store.release_stale(job_id)
         if attempts is None:
             continue
@@ -69,10 +84,27 @@ def sweep_staging_once() -> int:
     return sweep_staging(get_redis(), s.data_dir, s.staging_grace_s)
 
 
+def _liveness_ttl_s() -> int:
+    return max(10, int(get_settings().reconcile_interval_s * 5))
+
+
 def announce_worker() -> None:
-    """Liveness for `yana up`, the test harness and /v1/healthz: this worker's key, with a TTL."""
-    ttl = max(10, int(get_settings().reconcile_interval_s * 5))
-    get_redis().set(WORKER_KEY.format(os.getpid()), socket.gethostname(), ex=ttl)
+    """Liveness for `yana up`, the test harness, /v1/healthz and the reconciler: this worker's key,
+    with a TTL."""
+    get_redis().set(worker_key(os.getpid()), socket.gethostname(), ex=_liveness_ttl_s())
+
+
+@signals.task_received.connect
+def _reserved(request=None, **_) -> None:
+    """In the worker main, when it takes a message off the queue: note on the job who holds it, so
+    that if this process dies before a pool process runs it, the reconciler sends it again
+    instead of leaving it to the broker's visibility timeout (hours)."""
+    try:
+        job_id = (getattr(request, "kwargs", None) or {}).get("job_id")
+        if job_id:
+            registry.job_store().mark_reserved(job_id, worker_key(os.getpid()))
+    except Exception:  # noqa: BLE001 - a hint only: never stop the consumer over it
+        log.warning("could not note the reserved job", exc_info=True)
 
 
 class MaintenanceLoop(threading.Thread):

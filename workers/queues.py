@@ -4,5 +4,14 @@ supervisor and tests need them before the environment points at the right Redis)
 # One queue per job family, so operators can scale ingest separately from webhooks.
 QUEUES = ("default", "ingest", "reembed", "retrieve", "think", "webhooks")
 
-# Set by each worker's maintenance loop with a TTL: liveness for `yana up`, tests and /v1/healthz.
+# Set by each worker's maintenance loop with a TTL: liveness for `yana up`, tests, /v1/healthz and
+# the reconciler (a queued job whose message a dead worker main had reserved is sent again).
 WORKER_KEY = "yana:workers:{}"
+
+
+def worker_key(pid: int, host: str | None = None) -> str:
+    """The liveness key of the worker main process `pid` on `host` (default: this machine); the
+    host is part of it so that workers on several machines never share one."""
+    import socket
+
+    return WORKER_KEY.format(f"{host or socket.gethostname()}:{pid}")
