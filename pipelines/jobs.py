@@ -392,7 +392,7 @@ class JobStore:
         message. False when the job is not queued (any more)."""
         return bool(self._mark_reserved(keys=[job_key(job_id)], args=[worker_key, int(time.time() * 1000)]))
 
-    def reserved_states(self, job_ids: list[str]) -> dict[str, tuple[str, str, int]]:
+    def reserved_states(self, job_ids: builtins.list[str]) -> dict[str, tuple[str, str, int]]:
         """job id -> (status, reserved_by, reserved_at ms) for the jobs given, in one round trip."""
         with self.r.pipeline(transaction=False) as p:
             for job_id in job_ids:
