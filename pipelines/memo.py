@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from chromadb.errors import NotFoundError
+
 from pipelines.chunking import chunk_text
 from pipelines.embedding import canonical_model_name, get_embedder, resolve_default_model
 from pipelines.vector_index import ACTIVE_ALIAS_KEY, collection_model, create_collection, model_slug, open_collection
@@ -68,8 +70,18 @@ def memo_collection(chroma, r):
         create_collection(chroma, name, model, dim)
         r.set(ALIAS_KEY, name, nx=True)
         name = r.get(ALIAS_KEY) or name  # another process may have created it first
-    col = open_collection(chroma, name)
-    return col, collection_model(col)[0]
+    key = (id(chroma), name)
+    hit = _opened.get(key)
+    if hit is None:  # opening is a round trip to Chroma; the alias (one Redis GET) is still read every call
+        col = open_collection(chroma, name)
+        hit = _opened[key] = (col, collection_model(col)[0])
+    return hit
+
+
+# (client, collection name) -> (collection, model). A name is never reused for another collection
+# (it carries the model, dim and a version), so an entry stays valid while its collection exists;
+# query_memo drops it when Chroma says the collection is gone.
+_opened: dict[tuple[int, str], tuple[Any, str]] = {}
 
 
 def _metadata(
@@ -222,14 +234,14 @@ def query_memo(
 ) -> dict:
     col, model = memo_collection(chroma, r)
     results: list[dict] = []
-    if col.count() > 0:
-        vector = get_embedder(model).embed_queries([query])[0]
-        got = col.query(
-            query_embeddings=[vector.tolist()],
-            n_results=min(col.count(), n_results * OVERFETCH),
-            where=_where(session_id, keywords, min_importance),
-            include=["documents", "metadatas", "distances"],
-        )
+    vector = get_embedder(model).embed_queries([query])[0]
+    try:
+        got = _nearest(col, vector, n_results * OVERFETCH, _where(session_id, keywords, min_importance))
+    except NotFoundError:  # the collection was dropped (a re-embed finished): open the current one
+        _opened.clear()
+        col, _model = memo_collection(chroma, r)
+        got = _nearest(col, vector, n_results * OVERFETCH, _where(session_id, keywords, min_importance))
+    if got["ids"] and got["ids"][0]:
         best: dict[str, dict] = {}
         for doc, md, dist in zip(got["documents"][0], got["metadatas"][0], got["distances"][0], strict=True):
             memo_id = md["memo_id"]
@@ -241,6 +253,13 @@ def query_memo(
             hit["metadata"].setdefault("keywords", [])
             results.append({**hit, "raw": raw})
     return {"query": query, "results": results}
+
+
+def _nearest(col, vector, n: int, where: dict | None) -> dict:
+    """One Chroma query (an empty collection answers empty lists; no count() round trip first)."""
+    return col.query(
+        query_embeddings=[vector.tolist()], n_results=n, where=where, include=["documents", "metadatas", "distances"]
+    )
 
 
 def _raw_many(r, memo_ids: list[str]) -> list[dict | None]:
