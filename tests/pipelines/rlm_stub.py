@@ -22,6 +22,7 @@ print(len(documents), [h["doc_id"] for h in hits[:5]])
 ```"""
 
 GOOD = """```python
+import re
 cands = extract(query, 10)
 lex = [r["doc_id"] for r in bm25(query, 10)]
 first = grep(re.escape(cands[0]["text"][:20]))[:1] if cands else []
