@@ -127,6 +127,8 @@ def evaluate(
         "iterations": iterations,
         "tokens": tokens,
         "worse": sum(
-            1 for e, r in zip(ext_ranks, rlm_ranks, strict=True) if (e is not None and e <= 3) and not (r is not None and r <= 3)
+            1
+            for e, r in zip(ext_ranks, rlm_ranks, strict=True)
+            if (e is not None and e <= 3) and not (r is not None and r <= 3)
         ),
     }

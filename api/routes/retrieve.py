@@ -53,7 +53,8 @@ class RetrieveOptions(BaseModel):
         None, ge=1, description="time budget for embedding (default RETRIEVE_TIMEOUT_MS, capped)"
     )
     mode: Literal["auto", "extractor"] = Field(
-        "auto", description="auto: the LLM loop when an LLM is configured (else the extractor); extractor: never the LLM"
+        "auto",
+        description="auto: the LLM loop when an LLM is configured (else the extractor); extractor: never the LLM",
     )
 
 

@@ -121,7 +121,11 @@ def lexical_results(query: str, documents: list[dict], k: int, max_chunk_chars: 
     ranking = R.rank(query, [d["text"] for d in documents], max_chunk_chars=max_chunk_chars, mode="lexical", windows=k)
     ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))[:k]
     return [
-        {"doc_id": documents[r.doc_index]["id"], "score": r.score, "text": documents[r.doc_index]["text"][slice(*r.window)]}
+        {
+            "doc_id": documents[r.doc_index]["id"],
+            "score": r.score,
+            "text": documents[r.doc_index]["text"][slice(*r.window)],
+        }
         for r in ordered
     ]
 

@@ -82,7 +82,11 @@ class ChatModel:
             timeout=max(0.05, timeout_s),
         )
         content = (resp.choices[0].message.content if resp.choices else "") or ""
-        used = resp.usage.total_tokens if resp.usage else (sum(len(str(m["content"])) for m in messages) + len(content)) // 4
+        used = (
+            resp.usage.total_tokens
+            if resp.usage
+            else (sum(len(str(m["content"])) for m in messages) + len(content)) // 4
+        )
         return content, int(used)
 
 
@@ -209,6 +213,35 @@ def blend(
     return out
 
 
+class _Stop(Exception):
+    """A cap reached: the loop ends without an answer."""
+
+
+def _converse(sb: Sandbox, model: ChatModel, messages: list[dict], config: LoopConfig, stats: dict, budget) -> object:
+    """Model turn, code run, output back, until FINAL (returned) or the iteration cap (None)."""
+    for _ in range(config.max_iterations):
+        if budget(0.3) <= 0:
+            raise _Stop("wall-clock cap reached")
+        if stats["tokens"] >= config.max_tokens:
+            raise _Stop("token cap reached")
+        content, used = model.complete(messages, budget(0.2))
+        stats["tokens"] += used
+        stats["iterations"] += 1
+        messages.append({"role": "assistant", "content": content})
+        code = code_of(content)
+        if code is None:
+            messages.append({"role": "user", "content": "Write one ```python block."})
+            continue
+        done = sb.execute(code, min(config.exec_timeout_s, budget(0.1)))
+        if done.get("final") is not None:
+            return done["final"]
+        feedback = (done.get("output") or "")[:4000]
+        if done.get("error"):
+            feedback += f"\nerror: {done['error']}"
+        messages.append({"role": "user", "content": feedback or "(no output)"})
+    return None
+
+
 def run_loop(
     query: str,
     documents: list[dict],
@@ -274,34 +307,15 @@ def run_loop(
             + (" ..." if len(documents) > 40 else ""),
         },
     ]
-    final = None
     try:
         with Sandbox(query, documents, config.limits, handlers) as sb:
             stats["sandbox"] = summarize(sb.protections)
-            for _ in range(config.max_iterations):
-                if budget(0.3) <= 0:
-                    return fail("wall-clock cap reached")
-                if stats["tokens"] >= config.max_tokens:
-                    return fail("token cap reached")
-                content, used = model.complete(messages, budget(0.2))
-                stats["tokens"] += used
-                stats["iterations"] += 1
-                messages.append({"role": "assistant", "content": content})
-                code = code_of(content)
-                if code is None:
-                    messages.append({"role": "user", "content": "Write one ```python block."})
-                    continue
-                done = sb.execute(code, min(config.exec_timeout_s, budget(0.1)))
-                if done.get("final") is not None:
-                    final = done["final"]
-                    break
-                feedback = (done.get("output") or "")[:4000]
-                if done.get("error"):
-                    feedback += f"\nerror: {done['error']}"
-                messages.append({"role": "user", "content": feedback or "(no output)"})
+            final = _converse(sb, model, messages, config, stats, budget)
+    except _Stop as e:
+        return fail(str(e))
     except SandboxError as e:
         return fail(f"sandbox {e.reason}")
-    except Exception as e:  # the endpoint (timeout, HTTP error), anything else
+    except Exception as e:  # noqa: BLE001 - the endpoint (timeout, HTTP error), anything else: the extractor answers
         return fail(f"{type(e).__name__}")
     if final is None:
         return fail("no FINAL within the iteration cap")

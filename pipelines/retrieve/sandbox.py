@@ -30,7 +30,7 @@ import os
 import select
 import shutil
 import signal
-import subprocess  # nosec B404 - the sandbox is a subprocess by design
+import subprocess  # nosec B404
 import sys
 import tempfile
 import time
@@ -95,9 +95,9 @@ class Sandbox:
         self.limits = limits or Limits()
         self.handlers = handlers or {}
         self.root = tempfile.mkdtemp(prefix="yana-sandbox-")
-        os.chmod(self.root, 0o555)  # nosec B103 - empty, read-only: the sandbox's whole file system
+        os.chmod(self.root, 0o555)  # nosec B103
         self._buf = b""
-        self.proc = subprocess.Popen(  # nosec B603 - fixed argv, no shell
+        self.proc = subprocess.Popen(  # nosec B603
             [sys.executable, "-I", "-S", RUNNER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -186,7 +186,7 @@ class Sandbox:
                 self._send({"op": "reply", "value": value})
             except SandboxError:
                 raise
-            except Exception as e:  # a helper's failure goes back to the model's code
+            except Exception as e:  # noqa: BLE001 - a helper's failure goes back to the model's code
                 self._send({"op": "reply", "error": f"{type(e).__name__}: {e}"[:500]})
 
     # --- teardown ---

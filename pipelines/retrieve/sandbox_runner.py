@@ -180,13 +180,31 @@ def _modules() -> dict:
     return {
         "re": _namespace(
             re,
-            "compile search match fullmatch findall finditer sub subn split escape "
-            "IGNORECASE I MULTILINE M DOTALL S ASCII A".split(),
+            [
+                "compile",
+                "search",
+                "match",
+                "fullmatch",
+                "findall",
+                "finditer",
+                "sub",
+                "subn",
+                "split",
+                "escape",
+                "IGNORECASE",
+                "I",
+                "MULTILINE",
+                "M",
+                "DOTALL",
+                "S",
+                "ASCII",
+                "A",
+            ],
         ),
         "math": _namespace(math, [n for n in dir(math) if not n.startswith("_")]),
         "collections": _namespace(collections, ["Counter", "defaultdict", "OrderedDict", "deque"]),
         "itertools": _namespace(itertools, [n for n in dir(itertools) if not n.startswith("_")]),
-        "heapq": _namespace(heapq, "heappush heappop heapify nlargest nsmallest merge".split()),
+        "heapq": _namespace(heapq, ["heappush", "heappop", "heapify", "nlargest", "nsmallest", "merge"]),
         "json": _namespace(json, ["loads", "dumps"]),
         "unicodedata": _namespace(unicodedata, ["normalize", "category", "east_asian_width"]),
     }
@@ -201,12 +219,56 @@ def _import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A00
     return _MODULES[name]
 
 
-SAFE_BUILTINS = (
-    "abs all any bool chr dict divmod enumerate filter float frozenset hash int isinstance iter len list "
-    "map max min next ord range repr reversed round set slice sorted str sum tuple zip "
-    "Exception ArithmeticError AssertionError IndexError KeyError LookupError NameError RuntimeError "
-    "StopIteration TypeError ValueError ZeroDivisionError True False None"
-).split()
+SAFE_BUILTINS = [
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "chr",
+    "dict",
+    "divmod",
+    "enumerate",
+    "filter",
+    "float",
+    "frozenset",
+    "hash",
+    "int",
+    "isinstance",
+    "iter",
+    "len",
+    "list",
+    "map",
+    "max",
+    "min",
+    "next",
+    "ord",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "slice",
+    "sorted",
+    "str",
+    "sum",
+    "tuple",
+    "zip",
+    "Exception",
+    "ArithmeticError",
+    "AssertionError",
+    "IndexError",
+    "KeyError",
+    "LookupError",
+    "NameError",
+    "RuntimeError",
+    "StopIteration",
+    "TypeError",
+    "ValueError",
+    "ZeroDivisionError",
+    "True",
+    "False",
+    "None",
+]
 
 
 class _Final(Exception):
@@ -274,14 +336,14 @@ class Repl:
         try:
             tree = ast.parse(code, "<repl>", "exec")
             check_code(tree)
-            exec(compile(tree, "<repl>", "exec"), self.env)  # noqa: S102  (restricted: see check_code)
+            exec(compile(tree, "<repl>", "exec"), self.env)  # noqa: S102  # nosec B102
         except _Final:
             pass
         except MemoryError:
             err = "MemoryError: the sandbox's memory limit was reached"
         except RecursionError:
             err = "RecursionError"
-        except BaseException as e:  # the model's error goes back to the model
+        except BaseException as e:  # noqa: BLE001 - the model's error (even SystemExit) goes back to the model
             err = f"{type(e).__name__}: {e}"[:1000]
         out = "".join(self.out)
         if self.out_len > len(out):
@@ -311,9 +373,9 @@ def main() -> None:
             _send(repl.run(msg["code"]))
         elif msg.get("op") == "exec_unrestricted" and msg.get("allow"):  # tests of the OS layer alone
             try:
-                exec(msg["code"], {"modules": sys.modules})  # noqa: S102
+                exec(msg["code"], {"modules": sys.modules})  # noqa: S102  # nosec B102
                 _send({"op": "done", "output": "", "error": None, "final": None})
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - reported to the test
                 _send({"op": "done", "output": "", "error": f"{type(e).__name__}: {e}"[:1000], "final": None})
         else:
             return

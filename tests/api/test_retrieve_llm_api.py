@@ -11,7 +11,11 @@ from tests.pipelines.rlm_stub import ENDLESS, FABRICATE, GOOD, ScriptedModel
 from tests.stack import start_stack, wait_job
 
 DOCS = [
-    {"id": "harbour", "text": "The harbour froze in 1947.  Boats stayed\nin port for a month. 🌊", "metadata": {"k": 1}},
+    {
+        "id": "harbour",
+        "text": "The harbour froze in 1947.  Boats stayed\nin port for a month. 🌊",
+        "metadata": {"k": 1},
+    },
     {"id": "sake", "text": "小樽の酒蔵は明治に始まった。北海道の米で造る酒は軽やかだ。"},
     {"id": "bread", "text": "Bread riots spread in 1789 when flour prices doubled."},
 ]

@@ -103,7 +103,10 @@ RESTRICTED_CORPUS = [
     ("__subclasses__", "print(().__class__.__bases__[0].__subclasses__())"),
     ("subclasses by getattr", "print(getattr(getattr((), '__cl' + 'ass__'), '__ba' + 'ses__'))"),
     ("type() to object", "print(type(()).mro())"),
-    ("frame walk via traceback", "try:\n    1/0\nexcept Exception as e:\n    print(e.__traceback__.tb_frame.f_back.f_globals)"),
+    (
+        "frame walk via traceback",
+        "try:\n    1/0\nexcept Exception as e:\n    print(e.__traceback__.tb_frame.f_back.f_globals)",
+    ),
     ("frame walk via generator", "g = (x for x in [1])\nprint(g.gi_frame.f_back.f_globals)"),
     ("generator function", "def f():\n    yield 1\nprint(list(f()))"),
     ("format string attribute walk", "print('{0.__class__.__bases__}'.format(()))"),
