@@ -82,6 +82,28 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+_FULL_NAMESPACES = {"user", "net", "mount", "ipc", "uts"}
+_degraded_logged = False
+
+
+def _log_degraded(p: dict) -> None:
+    """Once per process: which protections the kernel refused here (the rest still hold)."""
+    global _degraded_logged
+    missing = sorted(_FULL_NAMESPACES - set(p.get("namespaces") or []))
+    refused = [k for k, v in (p.get("rlimits") or {}).items() if not isinstance(v, int)]
+    weak = missing or refused or not p.get("unprivileged_uid") or not str(p.get("filesystem", "")).startswith("none")
+    if weak and not _degraded_logged:
+        _degraded_logged = True
+        log.warning(
+            "retrieve sandbox degraded on this machine: namespaces missing %s, rlimits refused %s, uid %s, "
+            "file system %s",
+            missing,
+            refused,
+            p.get("uid"),
+            p.get("filesystem"),
+        )
+
+
 class Sandbox:
     def __init__(
         self,
@@ -122,6 +144,7 @@ class Sandbox:
             if ready.get("op") != "ready":
                 raise SandboxError("protocol", f"expected ready, got {ready.get('op')!r}")
             self.protections = ready["protections"]
+            _log_degraded(self.protections)
         except BaseException:
             self.close()
             raise
