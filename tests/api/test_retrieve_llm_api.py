@@ -10,6 +10,8 @@ import pytest
 from tests.pipelines.rlm_stub import ENDLESS, FABRICATE, GOOD, ScriptedModel
 from tests.stack import start_stack, wait_job
 
+pytestmark = pytest.mark.stack  # a private stack of its own (its API and worker point at the model)
+
 DOCS = [
     {
         "id": "harbour",
