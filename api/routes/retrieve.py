@@ -1,14 +1,15 @@
 """POST /v1/retrieve: a query plus inline documents → the best passages, with byte spans.
 
 The seed's request and response, unchanged for its clients, plus fields they may ignore: `path`
-(which path answered: "extractor"), `run_id`, `stats`, `embed_job_id` (the job warming the vector
+(which path answered: "extractor", or "llm" for the LLM + REPL loop when OPENAI_BASE_URL is set), `run_id`, `stats`, `embed_job_id` (the job warming the vector
 cache when chunks were not embedded within `options.timeout_ms`). Errors use the contract's body:
 400 malformed JSON or documents missing/empty, 422 other schema violations (empty query, wrong
 types), 500 with trace_id.
 
 `Prefer: respond-async` (RFC 7240), or documents over RETRIEVE_MAX_SYNC_BYTES of text or
 RETRIEVE_MAX_SYNC_CHUNKS chunks, makes the whole retrieve a job: 202 + job id, the response body
-as the job's result (GET /v1/jobs/{id}, or `callback_url`).
+as the job's result (GET /v1/jobs/{id}, or `callback_url`); so does a request the LLM loop would
+answer whose `timeout_ms` is below RETRIEVE_LLM_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ class RetrieveOptions(BaseModel):
     timeout_ms: int | None = Field(
         None, ge=1, description="time budget for embedding (default RETRIEVE_TIMEOUT_MS, capped)"
     )
-    mode: Literal["auto", "extractor"] = Field("auto", description="auto: the extractor (no LLM path yet)")
+    mode: Literal["auto", "extractor"] = Field(
+        "auto",
+        description="auto: the LLM loop when an LLM is configured (else the extractor); extractor: never the LLM",
+    )
 
 
 class RetrieveRequest(BaseModel):
@@ -86,7 +90,7 @@ class RetrieveResponse(Envelope):
     run_id: str | None = None
     results: list[RetrieveResult]
     warnings: list[str]
-    path: str = Field(description="which path answered: extractor")
+    path: str = Field(description="which path answered: extractor or llm")
     embed_job_id: str | None = Field(None, description="job embedding the chunks left lexical-only")
     stats: dict = Field(default_factory=dict)
 
@@ -95,7 +99,7 @@ def _options(req: RetrieveRequest) -> P.Options:
     s = get_settings()
     o = req.options
     timeout = min(o.timeout_ms or s.retrieve_timeout_ms, s.retrieve_timeout_max_ms)
-    return P.Options(o.top_k, o.max_chunk_chars, o.min_score, o.include_spans, timeout)
+    return P.Options(o.top_k, o.max_chunk_chars, o.min_score, o.include_spans, timeout, o.mode)
 
 
 def _wants_async(request: Request) -> bool:
@@ -116,7 +120,7 @@ def _enqueue_embedding(texts: list[str]) -> str | None:
 
 
 def _sync(req: RetrieveRequest, docs: list[dict], opts: P.Options, deadline: float) -> dict:
-    out = P.retrieve_inline(req.query, docs, opts, deadline=deadline)
+    out = P.retrieve(req.query, docs, opts, deadline=deadline)
     embed_job_id = _enqueue_embedding(out.lexical_only_texts) if out.lexical_only_texts else None
     return {
         **context.body_ids(),
@@ -153,7 +157,9 @@ async def retrieve(req: RetrieveRequest, request: Request):
     too_big = P.size_of(docs) > s.retrieve_max_sync_bytes
     if not too_big:
         too_big = await asyncio.to_thread(P.chunk_count, docs, opts.max_chunk_chars) > s.retrieve_max_sync_chunks
-    if _wants_async(request) or too_big:
+    # The LLM loop runs as a job when its wall-clock cap does not fit in the request's budget.
+    llm_too_slow = P.llm_model(opts) is not None and s.retrieve_llm_timeout_s * 1000 > opts.timeout_ms
+    if _wants_async(request) or too_big or llm_too_slow:
         params = {"query": req.query, "documents": docs, "options": vars(opts)}
         accepted = await asyncio.to_thread(accept_job, "retrieve", params, req.callback_url)
         return JSONResponse(accepted, status_code=202, headers={"Preference-Applied": "respond-async"})

@@ -1,8 +1,10 @@
 """Inline-document retrieve: a query plus the documents themselves → the best passages.
 
-`retrieve_inline` is the whole operation for the API and the job; `embed_chunk_texts` is the
-follow-up job that warms the vector cache for chunks a request could not embed within its time
-budget. The deterministic extractor (pipelines.retrieve.rank) answers every request.
+`retrieve` is the whole operation for the API and the job: the deterministic extractor
+(`retrieve_inline`, pipelines.retrieve.rank) always runs; with an LLM configured (OPENAI_BASE_URL,
+RETRIEVE_LLM) the LLM + REPL loop (pipelines.retrieve.rlm) answers from the extractor's evidence, or
+falls back to it with a warning. `embed_chunk_texts` is the follow-up job that warms the vector
+cache for chunks a request could not embed within its time budget.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Options:
     min_score: float = 0.0
     include_spans: bool = True
     timeout_ms: int = 10_000
+    mode: str = "auto"  # auto: the LLM loop when one is configured; extractor: never the LLM
 
 
 @dataclass
@@ -104,6 +107,75 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
     return Outcome(results, warnings, PATH_EXTRACTOR, sorted(set(left)), stats)
 
 
+def llm_model(options: Options):
+    """The chat model the LLM loop would use for these options, or None (extractor only)."""
+    from pipelines.retrieve.rlm import build_model
+    from yana.settings import get_settings
+
+    if options.mode == "extractor":
+        return None
+    return build_model(get_settings())
+
+
+def lexical_results(query: str, documents: list[dict], k: int, max_chunk_chars: int = 800) -> list[dict]:
+    ranking = R.rank(query, [d["text"] for d in documents], max_chunk_chars=max_chunk_chars, mode="lexical", windows=k)
+    ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))[:k]
+    return [
+        {
+            "doc_id": documents[r.doc_index]["id"],
+            "score": r.score,
+            "text": documents[r.doc_index]["text"][slice(*r.window)],
+        }
+        for r in ordered
+    ]
+
+
+def retrieve(
+    query: str, documents: list[dict], options: Options, *, deadline: float | None = None, job: bool = False
+) -> Outcome:
+    """The extractor, then the LLM loop when a model is configured (its evidence and fallback)."""
+    from dataclasses import replace
+
+    from pipelines.retrieve import rlm
+    from yana.settings import get_settings
+
+    model = llm_model(options)
+    if model is None:
+        return retrieve_inline(query, documents, options, deadline=deadline)
+    s = get_settings()
+    cfg = rlm.config_from(s)
+    if job:
+        cfg.timeout_s = s.retrieve_llm_job_timeout_s
+    loop_deadline = None if deadline is None or deadline == float("inf") else deadline
+    wide = replace(options, top_k=max(options.top_k, cfg.evidence_k), min_score=0.0, include_spans=True)
+    base = retrieve_inline(query, documents, wide, deadline=deadline)
+
+    def extract(q: str, k: int) -> list[dict]:
+        if q == query:
+            return base.results[:k]
+        return retrieve_inline(q, documents, replace(options, top_k=k), deadline=deadline).results
+
+    out = rlm.run_loop(
+        query,
+        documents,
+        model=model,
+        extract=extract,
+        lexical=lambda q, k: lexical_results(q, documents, k, options.max_chunk_chars),
+        baseline=base.results,
+        config=cfg,
+        top_k=options.top_k,
+        min_score=options.min_score,
+        include_spans=options.include_spans,
+        deadline=loop_deadline,
+    )
+    if out.path == "extractor" and not options.include_spans:
+        for r in out.results:
+            r["spans"] = []
+    warnings = [w for w in base.warnings if not w.startswith(f"answered by the {PATH_EXTRACTOR}")] + out.warnings
+    stats = {**base.stats, "llm": out.stats}
+    return Outcome(out.results, warnings, out.path, base.lexical_only_texts, stats)
+
+
 def embed_chunk_texts(texts: list[str], progress=None) -> dict:
     """Embed (and cache) chunk texts in batches; the follow-up of a request that ran out of time."""
     done = 0
@@ -123,7 +195,7 @@ def run_retrieve_job(ctx, query: str, documents: list[dict], options: dict) -> d
     opts = Options(**options)
     if ctx is not None:
         ctx.progress("retrieve", 0, 1)
-    out = retrieve_inline(query, documents, opts, deadline=float("inf"))
+    out = retrieve(query, documents, opts, deadline=float("inf"), job=True)
     if ctx is not None:
         ctx.progress("retrieve", 1, 1)
     return {"results": out.results, "warnings": out.warnings, "path": out.path}
