@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from urllib.parse import urlparse
 
 import redis
@@ -10,6 +11,7 @@ import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from yana.blobs import BlobStore, open_store
 from yana.settings import Settings, get_settings
 
 
@@ -88,3 +90,41 @@ def get_fast_redis(settings: Settings | None = None) -> redis.Redis:
     wait instead of the whole request budget."""
     s = settings or get_settings()
     return _redis_fast(s.redis_url, s.chat_redis_timeout_ms / 1000)
+
+
+@lru_cache(maxsize=4)
+def _blobs(
+    url: str | None,
+    data_dir: str,
+    endpoint_url: str | None,
+    access_key_id: str | None,
+    secret_access_key: str | None,
+    region: str | None,
+    timeout_s: float,
+    max_attempts: int,
+) -> BlobStore:
+    return open_store(
+        url,
+        Path(data_dir),
+        endpoint_url=endpoint_url,
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
+        region=region,
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+    )
+
+
+def get_blobs(settings: Settings | None = None) -> BlobStore:
+    """The blob store of staged uploads and label images (BLOB_URL; empty: the DATA_DIR folder)."""
+    s = settings or get_settings()
+    return _blobs(
+        s.blob_url or None,
+        str(s.data_dir),
+        s.blob_endpoint_url,
+        s.blob_access_key_id,
+        s.blob_secret_access_key,
+        s.blob_region,
+        s.blob_timeout_s,
+        s.blob_max_attempts,
+    )

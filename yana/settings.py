@@ -52,6 +52,18 @@ class Settings(BaseSettings):
     # hanging a request or a job (redis socket timeouts; Chroma's HTTP session timeout).
     redis_timeout_s: float = 10.0
     chroma_timeout_s: float = 30.0
+    # Where uploaded bytes are staged and label images are kept (yana.blobs). Empty: the local
+    # folder DATA_DIR (one host, what `yana up` uses). s3://bucket/prefix: an S3-compatible store
+    # every API and worker host shares. Endpoint, keys and region come from the standard
+    # AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION variables
+    # (as boto3 reads them), or from the BLOB_* settings below, which override them.
+    blob_url: str | None = None
+    blob_endpoint_url: str | None = None
+    blob_access_key_id: str | None = None
+    blob_secret_access_key: str | None = None
+    blob_region: str | None = None
+    blob_timeout_s: float = 10.0  # connect and read timeout of every S3 call
+    blob_max_attempts: int = 3  # botocore's standard retry mode, attempts in all
 
     # --- embeddings -------------------------------------------------------------------------
     # Empty: the seed's cl-nagoya/ruri-v3-30m when it is on disk, else the bundled

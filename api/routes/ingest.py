@@ -90,7 +90,8 @@ class IngestDedup(Envelope):
     dedup: bool = True
     hash_sha1: str
     phash: str
-    file_path: str | None = None
+    file_path: str | None = Field(None, description="stored image relative to DATA_DIR; null with an S3 blob store")
+    image_url: str | None = Field(None, description="the stored image, served by the API (GET, same auth)")
     run_id: str | None = None
     trace_id: str | None = None
 
