@@ -15,7 +15,11 @@ import httpx
 
 from cli.processes import free_port
 
-KEYS = {"AWS_ACCESS_KEY_ID": "yana-test", "AWS_SECRET_ACCESS_KEY": "yana-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+KEYS = {
+    "AWS_ACCESS_KEY_ID": "yana-test",
+    "AWS_SECRET_ACCESS_KEY": "yana-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @dataclass
@@ -38,7 +42,9 @@ class S3Server:
             aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
             region_name=KEYS["AWS_DEFAULT_REGION"],
-            config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}, s3={"addressing_style": "path"}),
+            config=Config(
+                connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}, s3={"addressing_style": "path"}
+            ),
         )
 
     def create_bucket(self, name: str) -> str:

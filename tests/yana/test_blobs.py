@@ -67,7 +67,11 @@ def test_size_limit(store):
 def test_list_and_delete_prefix(store):
     for key in ("incoming/a/0.bin", "incoming/a/1.bin", "incoming/b/0.bin", "images/00/z.png"):
         store.put(key, key.encode())
-    assert sorted(b.key for b in store.list("incoming/")) == ["incoming/a/0.bin", "incoming/a/1.bin", "incoming/b/0.bin"]
+    assert sorted(b.key for b in store.list("incoming/")) == [
+        "incoming/a/0.bin",
+        "incoming/a/1.bin",
+        "incoming/b/0.bin",
+    ]
     assert store.delete_prefix("incoming/a/") == 2
     assert sorted(b.key for b in store.list("incoming/")) == ["incoming/b/0.bin"]
     assert store.get("images/00/z.png") == b"images/00/z.png"
