@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     # hanging a request or a job (redis socket timeouts; Chroma's HTTP session timeout).
     redis_timeout_s: float = 10.0
     chroma_timeout_s: float = 30.0
+    # Accepting a job waits until this many replicas have its record and its message (Redis
+    # WAIT after the send), so a failover to a replica loses no accepted job; past the timeout
+    # the request fails with STORE_UNAVAILABLE (retry it with the same Idempotency-Key). 0: no wait.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_ms: int = 2000
     # Where uploaded bytes are staged and label images are kept (yana.blobs). Empty: the local
     # folder DATA_DIR (one host, what `yana up` uses). s3://bucket/prefix: an S3-compatible store
     # every API and worker host shares. Endpoint, keys and region come from the standard
