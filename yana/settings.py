@@ -111,8 +111,9 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = 20 * 1024 * 1024
     fetch_allow: CsvList = Field(default_factory=list)  # hosts/CIDRs a URL source may resolve to
     ingest_batch_size: int = 16  # items per embedding batch inside an ingest job
-    # Uploads are staged under DATA_DIR/incoming/<job> before the job record exists; a folder
-    # older than this with no job (or a finished one) is removed by the workers' maintenance loop.
+    # Uploads are staged in the blob store under incoming/<job> before the job record exists;
+    # staged blobs older than this with no job (or a finished one) are removed by the workers'
+    # maintenance loop.
     staging_grace_s: float = 3600.0
     reembed_batch_size: int = 64
 
