@@ -69,6 +69,7 @@ def test_yana_environment_names_sentinel_minio_and_chroma(name):
     assert "sentinel-1" in SERVICES[name]["depends_on"] and "minio-init" in SERVICES[name]["depends_on"]
 
 
+@pytest.mark.stack  # starts redis-server processes of its own
 def test_the_sentinel_script_starts_a_sentinel_that_monitors_the_master(tmp_path):
     """The sentinels' command, with the service name and port mapped to loopback, run for real."""
     script = SERVICES["sentinel-1"]["command"][-1]

@@ -13,6 +13,8 @@ from tests.s3server import start_s3
 from yana.blobs import BlobMissing, LocalBlobStore, S3BlobStore, open_store
 from yana.errors import YanaError
 
+pytestmark = pytest.mark.stack  # starts an S3 server process of its own
+
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
