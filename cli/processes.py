@@ -188,8 +188,10 @@ def start_worker(
     def healthy() -> bool:
         import redis
 
+        from yana.clients import redis_for_url
+
         try:
-            r = redis.Redis.from_url(redis_url, socket_timeout=1, decode_responses=True)
+            r = redis_for_url(redis_url, 1.0)
             return r.get(worker_key(proc.pid)) is not None
         except redis.RedisError:
             return False

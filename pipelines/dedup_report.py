@@ -16,8 +16,11 @@ from pathlib import Path, PurePosixPath
 
 import orjson
 
-from pipelines import labels, lexical, vector_index
+from pipelines import imaging, labels, lexical, vector_index
 from pipelines.ingest import DUPS_KEY
+from pipelines.label_images import image_key
+from yana.blobs import BlobMissing, BlobStore
+from yana.errors import YanaError
 
 log = logging.getLogger("yana.dedup_report")
 
@@ -31,19 +34,18 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(float(ts), UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def thumbnail(data_dir: Path, rel: str | None, size: int = THUMB_PX) -> str | None:
-    """A small JPEG data URI of a stored image, or None when the file is missing or unreadable."""
+def thumbnail(blobs: BlobStore, rel: str | None, size: int = THUMB_PX) -> str | None:
+    """A small JPEG data URI of a stored image, or None when the blob is missing or unreadable."""
     if not rel:
         return None
     from PIL import Image
 
-    path = Path(data_dir) / rel
     try:
-        with Image.open(path) as im:
+        with Image.open(io.BytesIO(blobs.get(rel))) as im:
             im.thumbnail((size, size))
             buf = io.BytesIO()
             im.convert("RGB").save(buf, format="JPEG", quality=80)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, BlobMissing, YanaError) as exc:
         log.info("no thumbnail for %s: %s", rel, exc)
         return None
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
@@ -73,7 +75,20 @@ def _duplicate(sha1: str, d: dict) -> dict:
     }
 
 
-def dedup_groups(r, data_dir: Path, *, limit: int = 50, cursor: int = 0, thumbs: bool = False) -> dict:
+def _merged_key(blobs: BlobStore, sha1: str, path: str | None) -> str | None:
+    """A merged image's blob key: its file_path with the local store, else found by its sha1."""
+    if path:
+        return path
+    for ext in imaging.MEDIA_TYPES:
+        key = f"images/{sha1[:2]}/{sha1}.{ext}"
+        if blobs.exists(key):
+            return key
+    return None
+
+
+def dedup_groups(
+    r, data_dir: Path, *, limit: int = 50, cursor: int = 0, thumbs: bool = False, blobs: BlobStore | None = None
+) -> dict:
     """One page of groups: {groups: [{kept, duplicates}], total_groups, total_duplicates, next_cursor}."""
     members: dict[str, list[tuple[str, dict]]] = {}
     for sha1, raw in r.hscan_iter(DUPS_KEY, count=1000):
@@ -87,9 +102,13 @@ def dedup_groups(r, data_dir: Path, *, limit: int = 50, cursor: int = 0, thumbs:
         kept = _kept_label(r, collection, label_id)
         dups = sorted((_duplicate(sha1, d) for sha1, d in members[label_id]), key=lambda x: x["distance"] or 0)
         if thumbs:
-            kept["thumbnail"] = thumbnail(data_dir, kept["file_path"])
+            if blobs is None:
+                from yana.blobs import LocalBlobStore
+
+                blobs = LocalBlobStore(data_dir)
+            kept["thumbnail"] = thumbnail(blobs, image_key(r, label_id) or kept["file_path"])
             for d in dups:
-                d["thumbnail"] = thumbnail(data_dir, d["file_path"])
+                d["thumbnail"] = thumbnail(blobs, _merged_key(blobs, d["hash_sha1"], d["file_path"]))
         groups.append({"kept": kept, "duplicates": dups})
     nxt = cursor + limit if cursor + limit < len(order) else None
     return {

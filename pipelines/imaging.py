@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image, ImageOps
 from scipy import ndimage
 
+from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError, describe
 
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
@@ -303,14 +304,23 @@ def image_relpath(sha1: str, fmt: str) -> str:
     return f"images/{sha1[:2]}/{sha1}.{EXTENSIONS[fmt]}"
 
 
-def store_image(data_dir: Path, sha1: str, fmt: str, data: bytes) -> str:
-    """Write the original bytes under DATA_DIR atomically; returns the path relative to DATA_DIR."""
-    rel = image_relpath(sha1, fmt)
-    dest = Path(data_dir) / rel
-    if dest.exists() and dest.stat().st_size == len(data):
-        return rel
-    write_atomic(dest, data)
-    return rel
+MEDIA_TYPES = {"jpg": "image/jpeg", "png": "image/png", "webp": "image/webp", "gif": "image/gif"}
+
+
+def store_image(blobs: BlobStore, sha1: str, fmt: str, data: bytes) -> str:
+    """Keep the original bytes in the blob store (atomic put); returns the blob key, which is also
+    the path relative to DATA_DIR with the local backend. Content-addressed: a second put of the
+    same bytes is skipped."""
+    key = image_relpath(sha1, fmt)
+    have = blobs.stat(key)
+    if have is not None and have.size == len(data):
+        return key
+    blobs.put(key, data)
+    return key
+
+
+def media_type(key: str) -> str:
+    return MEDIA_TYPES.get(key.rsplit(".", 1)[-1].lower(), "application/octet-stream")
 
 
 def write_atomic(dest: Path, data: bytes) -> None:

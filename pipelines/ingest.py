@@ -1,7 +1,7 @@
 """The ingest job body: label images and text documents into the active collection.
 
-Per image: bytes (uploaded / import folder / URL) → safe decode → sha1 → 64-bit pHash → stored under
-DATA_DIR/images → atomic near-duplicate check-and-insert (pipelines.phash_index: candidates within a
+Per image: bytes (uploaded / import folder / URL) → safe decode → sha1 → 64-bit pHash → kept in the
+blob store under images/ (yana.blobs: DATA_DIR, or the S3 bucket of BLOB_URL) → atomic near-duplicate check-and-insert (pipelines.phash_index: candidates within a
 loose pHash radius, each judged by the second stage of pipelines.neardup: the uploader's fields and
 an aligned thumbnail comparison; the outcome names `dedup_of`, `distance` and `verifier_score`)
 → label text from
@@ -21,14 +21,15 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
 from pipelines import chunking, imaging, labels, neardup, sources, vector_index
 from pipelines.embed_cache import embed_cached
+from pipelines.ingest_accept import remove_staged
 from pipelines.phash_index import shared_index
+from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
 
@@ -36,6 +37,7 @@ log = logging.getLogger("yana.ingest")
 
 OUTCOMES_KEY = "yana:ingest:{job_id}:items"  # hash item index -> outcome JSON
 DUPS_KEY = "yana:phash:dups"  # hash sha1 -> {dedup_of, distance, phash, file_path, at} (dedup report)
+LABEL_IMAGES_KEY = labels.LABEL_IMAGES_KEY
 BUILDING_KEY = "yana:collection:building"  # collection a re-embed is filling (ingest writes there too)
 LABEL_FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
 
@@ -77,6 +79,7 @@ def empty_outcome(index: int, name: str | None = None) -> dict:
         "hash_sha1": None,
         "phash": None,
         "file_path": None,
+        "image_url": None,
         "error": None,
     }
 
@@ -132,7 +135,7 @@ def label_chunks(record: dict, fields: dict, max_chars: int) -> list[dict]:
 # --- images --------------------------------------------------------------------------------
 
 
-def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict, dict | None]:
+def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobStore) -> tuple[dict, dict | None]:
     """Decode, hash, store, check-and-insert one image. Returns (outcome, label record or None)."""
     i = int(item["index"])
     out = empty_outcome(i, item.get("name"))
@@ -142,7 +145,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict,
             raise YanaError.of(ErrorCode.BAD_CATEGORY, f"category must be one of {labels.CATEGORIES}")
         data = sources.read_source(
             item["source"],
-            data_dir=s.data_dir,
+            blobs=blobs,
             import_dir=s.import_dir,
             allow=s.fetch_allow,
             timeout_s=s.fetch_timeout_s,
@@ -154,16 +157,20 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict,
         sha1 = imaging.sha1_hex(data)
         ph = imaging.phash_hex(dec.image)
         out.update(hash_sha1=sha1, phash=ph)
-        file_path = imaging.store_image(s.data_dir, sha1, dec.format, data)
-        out["file_path"] = file_path
+        image_key = imaging.store_image(blobs, sha1, dec.format, data)
+        # file_path: the image on this host's disk (relative to DATA_DIR); none with a shared store.
+        file_path = image_key if blobs.local_path(image_key) is not None else ""
+        out["file_path"] = file_path or None
         entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold)
+        # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(
-            ph, sha1, owner=f"{job_id}:{i}", file_path=file_path, entry=entry, verify=verify, fields_digest=digest
+            ph, sha1, owner=f"{job_id}:{i}", file_path=image_key, entry=entry, verify=verify, fields_digest=digest
         )
     except YanaError as exc:
         out["error"] = exc.body()
         return out, None
     out["id"] = res.label_id
+    out["image_url"] = labels.image_url(res.label_id)
     if res.status == "dedup":
         out.update(dedup=True, dedup_of=res.label_id, distance=res.distance, verifier_score=res.score)
         return out, None
@@ -179,7 +186,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index) -> tuple[dict,
         "ingested_at": iso,
         "ingested_at_ts": ts,
     }
-    return out, {"record": record, "fields": fields}
+    return out, {"record": record, "fields": fields, "image_key": image_key}
 
 
 def _record_dups(r, outcomes: list[dict]) -> None:
@@ -201,10 +208,12 @@ def _record_dups(r, outcomes: list[dict]) -> None:
         r.hset(DUPS_KEY, mapping=dups)
 
 
-def _prepare_batch(batch: list[dict], *, job_id: str, s: Settings, index) -> tuple[list[dict], list[tuple[dict, dict]]]:
+def _prepare_batch(
+    batch: list[dict], *, job_id: str, s: Settings, index, blobs: BlobStore
+) -> tuple[list[dict], list[tuple[dict, dict]]]:
     outcomes, labels_to_write = [], []
     for item in batch:
-        out, lab = _prepare_item(item, job_id=job_id, s=s, index=index)
+        out, lab = _prepare_item(item, job_id=job_id, s=s, index=index, blobs=blobs)
         outcomes.append(out)
         if lab:
             labels_to_write.append((out, lab))
@@ -220,6 +229,7 @@ def ingest_images(
     s: Settings | None = None,
     done_before: int = 0,
     total: int | None = None,
+    blobs: BlobStore | None = None,
 ) -> None:
     """Process items from the cursor in ctx.meta on; outcomes go to OUTCOMES_KEY.
 
@@ -227,6 +237,10 @@ def ingest_images(
     GIL), a helper thread decodes, hashes and checks batch k+1. Batch k+1's pHash inserts happen
     before batch k's cursor is saved; a crash then finds them as "self" on the retry."""
     s = s or get_settings()
+    if blobs is None:
+        from yana.clients import get_blobs
+
+        blobs = get_blobs(s)
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     key = OUTCOMES_KEY.format(job_id=ctx.job_id)
     total = total if total is not None else len(items)
@@ -236,7 +250,7 @@ def ingest_images(
     if not starts:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prep") as prep:
-        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index)  # type: ignore[call-arg]
+        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index, blobs=blobs)  # type: ignore[call-arg]
         pending = submit(items[starts[0] : starts[0] + batch_size])  # type: ignore[call-arg]
         for n, start in enumerate(starts):
             batch = items[start : start + batch_size]
@@ -264,6 +278,9 @@ def ingest_images(
             with r.pipeline(transaction=True) as p:
                 p.hset(key, mapping={str(o["index"]): orjson.dumps(o).decode() for o in outcomes})
                 p.expire(key, s.job_retention_s)
+                images = {lab["record"]["id"]: lab["image_key"] for _o, lab in labels_to_write}
+                if images:
+                    p.hset(LABEL_IMAGES_KEY, mapping=images)
                 p.execute()
             cursor = start + len(batch)
             ctx.save_meta(cursor=cursor)
@@ -359,7 +376,19 @@ def summarise(r, job_id: str, n_items: int, n_docs: int, strict: bool = False) -
     if n_items == 1 and not n_docs and items:  # one image: the seed's flat fields too (dedup is 0/1)
         one = items[0]
         result.update(
-            {k: one[k] for k in ("id", "hash_sha1", "phash", "file_path", "dedup_of", "distance", "verifier_score")}
+            {
+                k: one.get(k)
+                for k in (
+                    "id",
+                    "hash_sha1",
+                    "phash",
+                    "file_path",
+                    "image_url",
+                    "dedup_of",
+                    "distance",
+                    "verifier_score",
+                )
+            }
         )
     return result
 
@@ -376,36 +405,23 @@ def run_ingest(
 ) -> dict:
     """The whole job: images first, then documents; returns the aggregate result. With `strict`
     an exact duplicate is a failed item (CONFLICT) instead of a dedup."""
-    from yana.clients import get_chroma, get_redis
+    from yana.clients import get_blobs, get_chroma, get_redis
 
     ctx = ctx or _NoJob()
     s = s or get_settings()
     r = r if r is not None else get_redis(s)
     chroma = chroma if chroma is not None else get_chroma(s)
+    blobs = get_blobs(s)
     items, documents = items or [], documents or []
     total = len(items) + len(documents)
     ctx.progress("ingest", int(ctx.meta.get("cursor") or 0) + int(ctx.meta.get("doc_cursor") or 0), total)
-    ingest_images(ctx, items, r=r, chroma=chroma, s=s, total=total)
+    ingest_images(ctx, items, r=r, chroma=chroma, s=s, total=total, blobs=blobs)
     ingest_documents(ctx, documents, r=r, chroma=chroma, s=s, done_before=len(items), total=total)
     result = summarise(r, ctx.job_id, len(items), len(documents), strict=strict)
-    _cleanup_incoming(s.data_dir, ctx.job_id)
+    # The job has ended: its staged uploads can go (the images are kept, content-addressed). A job
+    # that ends otherwise (failed, cancelled) leaves them to the sweeper (sweep_staging).
+    remove_staged(blobs, ctx.job_id)
     if total == 1 and result["failed"]:  # one item: its failure is the job's (code and message)
         err = (result["items"] or result["document_items"])[0]["error"]
         raise YanaError(err["code"], err["message"], 422, bool(err.get("retryable")))
     return result
-
-
-def _cleanup_incoming(data_dir: Path, job_id: str) -> None:
-    """Uploaded bytes are kept (content-addressed) under images/; the staging copies can go."""
-    folder = Path(data_dir) / "incoming" / job_id
-    if not folder.is_dir():
-        return
-    for p in folder.iterdir():
-        try:
-            p.unlink()
-        except OSError:
-            pass
-    try:
-        folder.rmdir()
-    except OSError:
-        pass

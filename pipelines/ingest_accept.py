@@ -2,10 +2,12 @@
 an exact duplicate at once, else stage the uploaded bytes and create the job.
 
 The order is the rule: every check (callback URL, counts, categories, sizes, import paths, URL
-targets, documents and their metadata) runs before a byte is written; when anything fails after
-staging and before the job record exists, the staging folder is removed; and `sweep_staging`
-(run by every worker's maintenance loop) removes staging folders that have no job, or a finished
-one, after STAGING_GRACE_S (a process killed between staging and the record).
+targets, documents and their metadata) runs before a byte is written; uploaded bytes are staged
+in the blob store (yana.blobs: DATA_DIR, or the S3 bucket every host shares) under
+`incoming/<job>/`; when anything fails after staging and before the job record exists, the staged
+blobs are removed; the job removes them when it ends; and `sweep_staging` (run by every worker's
+maintenance loop) removes staged blobs that have no job, or a finished one, after STAGING_GRACE_S
+(a process killed between staging and the record, or a job killed for good).
 
 Transport code builds an `IngestInput` of plain values and maps the outcome: a `Duplicate`
 (exact bytes already indexed), or the job accepted (whatever `enqueue` returned).
@@ -14,17 +16,16 @@ Transport code builds an `IngestInput` of plain values and maps the outcome: a `
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pipelines import imaging, labels, phash_index, sources
 from pipelines.jobs import TERMINAL, job_key
 from pipelines.safe_http import resolve_target
 from pipelines.textcheck import is_blank
+from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError
 from yana.ids import new_job_id
 from yana.settings import Settings
@@ -32,7 +33,7 @@ from yana.settings import Settings
 log = logging.getLogger("yana.ingest")
 
 LABEL_FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
-STAGING = "incoming"  # DATA_DIR/incoming/<job id>/<item index>.bin
+STAGING = "incoming"  # blob keys incoming/<job id>/<item index>.bin
 METADATA_MAX_KEYS = 64
 METADATA_KEY_MAX_CHARS = 128
 METADATA_VALUE_MAX_CHARS = 4096
@@ -68,6 +69,7 @@ class Duplicate:
     hash_sha1: str
     phash: str
     file_path: str | None
+    image_url: str | None = None  # GET it from the API (any host): /v1/labels/{id}/image
 
 
 def merge_fields(base: dict, override: dict | None = None) -> dict:
@@ -167,7 +169,7 @@ def check_request(req: IngestInput, s: Settings) -> list[dict]:
 # --- the fast path -----------------------------------------------------------------------------
 
 
-def exact_duplicate(img: ImageInput, source: dict, r, s: Settings) -> Duplicate | None:
+def exact_duplicate(img: ImageInput, source: dict, r, s: Settings, blobs: BlobStore | None = None) -> Duplicate | None:
     """Exact bytes already indexed: the existing label, without a job."""
     if source["kind"] == "stored" and img.data is not None:
         data = img.data
@@ -179,14 +181,23 @@ def exact_duplicate(img: ImageInput, source: dict, r, s: Settings) -> Duplicate 
     hit = phash_index.lookup_sha1(r, sha1)
     if hit is None:
         return None
-    return Duplicate(id=hit["id"], hash_sha1=sha1, phash=hit["phash"], file_path=hit["file_path"] or None)
+    key = hit["file_path"] or None  # the phash index keeps the image's blob key there
+    local = key if key and blobs is not None and blobs.local_path(key) is not None else None
+    return Duplicate(
+        id=hit["id"], hash_sha1=sha1, phash=hit["phash"], file_path=local, image_url=labels.image_url(hit["id"])
+    )
 
 
 # --- staging -----------------------------------------------------------------------------------
 
 
-def staging_dir(data_dir: Path, job_id: str) -> Path:
-    return Path(data_dir) / STAGING / job_id
+def staging_prefix(job_id: str) -> str:
+    return f"{STAGING}/{job_id}/"
+
+
+def remove_staged(blobs: BlobStore, job_id: str) -> int:
+    """The job's staged uploads (the job ended, or was never created)."""
+    return blobs.delete_prefix(staging_prefix(job_id))
 
 
 def _job_exists(r, job_id: str) -> bool | None:
@@ -196,11 +207,17 @@ def _job_exists(r, job_id: str) -> bool | None:
         return None
 
 
-def accept_ingest(req: IngestInput, *, enqueue: Enqueue, r, s: Settings) -> Duplicate | dict:
+def accept_ingest(
+    req: IngestInput, *, enqueue: Enqueue, r, s: Settings, blobs: BlobStore | None = None
+) -> Duplicate | dict:
     """Check the request, answer an exact duplicate, else stage the bytes and enqueue the job.
 
     One image: its problem is raised (4xx), and with `strict` an exact duplicate is a 409
     CONFLICT. Many: an image's problem is recorded as that item's failure and the rest go on."""
+    if blobs is None:
+        from yana.clients import get_blobs
+
+        blobs = get_blobs(s)
     documents = check_request(req, s)
     item_sources: list[dict] = []
     for img in req.images:
@@ -211,49 +228,59 @@ def accept_ingest(req: IngestInput, *, enqueue: Enqueue, r, s: Settings) -> Dupl
                 raise
             item_sources.append({"kind": "rejected", "error": exc.body()})
     if len(req.images) == 1 and not documents:
-        dup = exact_duplicate(req.images[0], item_sources[0], r, s)
+        dup = exact_duplicate(req.images[0], item_sources[0], r, s, blobs)
         if dup is not None:
             if req.strict:
                 raise YanaError.of(ErrorCode.CONFLICT, f"this image is already indexed as {dup.id}")
             return dup
 
+    return _stage_and_enqueue(req, item_sources, documents, enqueue=enqueue, r=r, blobs=blobs)
+
+
+def _stage_and_enqueue(
+    req: IngestInput, item_sources: list[dict], documents: list[dict], *, enqueue: Enqueue, r, blobs: BlobStore
+) -> dict:
     job_id = new_job_id()
-    folder = staging_dir(s.data_dir, job_id)
     items = []
+    staged = False
     try:
         for i, (img, source) in enumerate(zip(req.images, item_sources, strict=True)):
             if img.data is not None and source["kind"] == "stored":
-                imaging.write_atomic(folder / f"{i}.bin", img.data)
-                source = {"kind": "stored", "path": f"{STAGING}/{job_id}/{i}.bin"}
+                key = f"{staging_prefix(job_id)}{i}.bin"
+                staged = True
+                blobs.put(key, img.data)
+                source = {"kind": "stored", "path": key}
             items.append({"index": i, "name": img.name, "source": source, "fields": img.fields})
         params = {"items": items, "documents": documents, "strict": req.strict}
         accepted = enqueue(job_id, params, req.callback_url)
-        if accepted.get("job_id") != job_id:  # an Idempotency-Key retry: the first job has its own files
-            shutil.rmtree(folder, ignore_errors=True)
+        if staged and accepted.get("job_id") != job_id:  # an Idempotency-Key retry: the first job has its own
+            remove_staged(blobs, job_id)
         return accepted
     except BaseException:
-        if folder.exists() and _job_exists(r, job_id) is False:
-            shutil.rmtree(folder, ignore_errors=True)
+        if staged and _job_exists(r, job_id) is False:
+            try:
+                remove_staged(blobs, job_id)
+            except Exception:  # noqa: BLE001 - the sweeper removes them later; report the first error
+                log.warning("staged uploads of %s not removed", job_id, exc_info=True)
         raise
 
 
-def sweep_staging(r, data_dir: Path, grace_s: float, now: float | None = None) -> int:
-    """Remove staging folders older than grace_s whose job does not exist or has finished.
-    Returns how many were removed."""
-    root = Path(data_dir) / STAGING
-    if not root.is_dir():
-        return 0
+def sweep_staging(r, blobs: BlobStore, grace_s: float, now: float | None = None) -> int:
+    """Remove the staged uploads of jobs that do not exist or have finished, once the newest of
+    them is older than grace_s. Returns how many jobs' uploads were removed."""
     now = time.time() if now is None else now
+    newest: dict[str, float] = {}
+    for blob in blobs.list(f"{STAGING}/"):
+        parts = blob.key.split("/")
+        if len(parts) >= 3:
+            newest[parts[1]] = max(newest.get(parts[1], 0.0), blob.mtime)
     removed = 0
-    for folder in root.iterdir():
-        try:
-            if not folder.is_dir() or now - folder.stat().st_mtime < grace_s:
-                continue
-        except FileNotFoundError:
+    for job_id, mtime in newest.items():
+        if now - mtime < grace_s:
             continue
-        status = r.hget(job_key(folder.name), "status")
+        status = r.hget(job_key(job_id), "status")
         if status is None or status in TERMINAL:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_staged(blobs, job_id)
             removed += 1
-            log.info("staging folder removed", extra={"job_id": folder.name, "job_status": status})
+            log.info("staged uploads removed", extra={"job_id": job_id, "job_status": status})
     return removed

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import redis
 
-from yana.errors import internal
+from yana.errors import ErrorCode, YanaError, internal
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
@@ -315,6 +315,22 @@ class JobStore:
 
     def active_ids(self) -> builtins.list[str]:  # `list` in this class body is the method above
         return list(self.r.smembers(ACTIVE))
+
+    def wait_replicated(self, job_id: str, replicas: int, timeout_ms: int) -> None:
+        """Block until `replicas` replicas have every write made before this call (the job record,
+        and its message sent on another connection before it). WAIT counts this connection's last
+        write, so a small write goes first on the same connection (one pipeline)."""
+        with self.r.pipeline(transaction=False) as p:
+            p.set("yana:jobs:last_accepted", job_id, px=60_000)
+            p.execute_command("WAIT", replicas, timeout_ms)
+            acked = int(p.execute()[-1])
+        if acked < replicas:
+            raise YanaError.of(
+                ErrorCode.STORE_UNAVAILABLE,
+                f"job {job_id}: {acked} of {replicas} Redis replicas confirmed it within {timeout_ms} ms; "
+                "retry with the same Idempotency-Key",
+                retryable=True,
+            )
 
     # --- worker side ----------------------------------------------------------------------
     def claim(self, job_id: str, token: str, *, hb_ttl_s: float, max_attempts: int) -> Claim:

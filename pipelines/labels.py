@@ -49,6 +49,14 @@ def label_id(sha1_hex: str) -> str:
     return f"label_{sha1_hex[:16]}"
 
 
+LABEL_IMAGES_KEY = "yana:label:images"  # hash label id -> blob key of its stored image
+
+
+def image_url(label_id: str) -> str:
+    """Where the API serves a label's stored image (any API host: it reads the blob store)."""
+    return f"/v1/labels/{label_id}/image"
+
+
 def text_doc_key(doc_id: str) -> str:
     """Chroma-safe, stable prefix for a text document's chunk ids."""
     return "doc_" + hashlib.sha1(doc_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:16]

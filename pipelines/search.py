@@ -44,7 +44,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from pipelines import imaging, lexical, vector_index
+from pipelines import imaging, labels, lexical, vector_index
 from pipelines.embedding import get_embedder, resolve_default_model
 from pipelines.search_index import LiveIndex
 from pipelines.tokenize_ja import normalize, tokenize
@@ -427,6 +427,8 @@ def _present(idx: LiveIndex, ranked: _Ranked, page: int, size: int, debug: bool)
         hit["score"] = round(float(sc.score[i]), 6)
         hit["chunk_id"] = h["chunk_id"]
         hit["source"] = h["source"]
+        # A label's image, from any API host whatever the blob store (file_path is this host's disk).
+        hit["image_url"] = labels.image_url(h["id"]) if h["source"] == "label" else None
         hit["ingested_at"] = h["ingested_at"]
         hit["text"] = idx.texts[row]
         hits.append(hit)

@@ -62,6 +62,17 @@ VectorFetcher = Callable[[list[str]], dict[str, list[float]]]
 def _raw_client(r: redis.Redis) -> redis.Redis:
     """A client on the same server that returns bytes (vectors are binary)."""
     pool = r.connection_pool
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is not None:  # REDIS_URL names Sentinel: a bytes client of the same master
+        kw = pool.connection_kwargs
+        return manager.master_for(
+            pool.service_name,
+            decode_responses=False,
+            db=kw.get("db", 0),
+            password=kw.get("password"),
+            socket_timeout=kw.get("socket_timeout"),
+            socket_connect_timeout=kw.get("socket_connect_timeout"),
+        )
     kwargs = dict(pool.connection_kwargs)
     kwargs["decode_responses"] = False
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))

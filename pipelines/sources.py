@@ -1,8 +1,8 @@
-"""Where an ingest item's bytes come from: uploaded (stored under DATA_DIR before the 202), a
+"""Where an ingest item's bytes come from: uploaded (put in the blob store before the 202), a
 `file://` path inside IMPORT_DIR, or an http(s) URL fetched with SSRF protection and limits.
 
 A source is a small JSON-able dict kept in the job's params:
-  {"kind": "stored", "path": "incoming/<job>/<n>.bin"}   relative to DATA_DIR
+  {"kind": "stored", "path": "incoming/<job>/<n>.bin"}   a blob key (yana.blobs; BLOB_URL)
   {"kind": "file", "path": "/abs/path/inside/IMPORT_DIR"}
   {"kind": "url", "url": "https://..."}
 """
@@ -16,6 +16,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpx
 
 from pipelines.safe_http import get_pinned, resolve_target
+from yana.blobs import BlobMissing, BlobStore
 from yana.errors import ErrorCode, YanaError, describe
 
 MAX_REDIRECTS = 3
@@ -81,21 +82,19 @@ def fetch_url(url: str, *, allow: list[str], timeout_s: float, max_bytes: int) -
 
 
 def read_source(
-    source: dict, *, data_dir: Path, import_dir: Path | None, allow: list[str], timeout_s: float, max_bytes: int
+    source: dict, *, blobs: BlobStore, import_dir: Path | None, allow: list[str], timeout_s: float, max_bytes: int
 ) -> bytes:
     kind = source.get("kind")
     if kind == "rejected":  # refused by the API's checks; recorded as this item's failure
         err = source.get("error") or {}
         raise YanaError(err.get("code", "BAD_REQUEST"), err.get("message", "refused"), 400)
     if kind == "stored":
-        p = Path(data_dir) / source["path"]
         try:
-            size = p.stat().st_size
-            if size > max_bytes:
-                raise YanaError.of(ErrorCode.IMAGE_TOO_LARGE, f"image is {size} bytes; the limit is {max_bytes}")
-            return p.read_bytes()
-        except FileNotFoundError as exc:
-            raise YanaError.of(ErrorCode.SOURCE_MISSING, "the uploaded bytes are gone from the data folder") from exc
+            return blobs.get(source["path"], max_bytes=max_bytes)
+        except BlobMissing as exc:
+            raise YanaError.of(
+                ErrorCode.SOURCE_MISSING, f"the uploaded bytes are gone from the blob store ({blobs.kind})"
+            ) from exc
     if kind == "file":
         p = import_path(source["path"], import_dir)
         size = os.path.getsize(p)

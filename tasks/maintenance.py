@@ -19,7 +19,7 @@ from pipelines.ingest_accept import sweep_staging
 from tasks import registry
 from tasks.webhooks import deliver, dispatcher
 from workers.queues import worker_key
-from yana.clients import get_redis
+from yana.clients import get_blobs, get_redis
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.maintenance")
@@ -79,9 +79,9 @@ def dispatch_webhooks_once() -> int:
 
 
 def sweep_staging_once() -> int:
-    """Remove upload staging folders left without a job (see pipelines.ingest_accept)."""
+    """Remove staged uploads left without a job (see pipelines.ingest_accept)."""
     s = get_settings()
-    return sweep_staging(get_redis(), s.data_dir, s.staging_grace_s)
+    return sweep_staging(get_redis(), get_blobs(s), s.staging_grace_s)
 
 
 def _liveness_ttl_s() -> int:

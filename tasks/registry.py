@@ -98,6 +98,8 @@ def enqueue(
     )
     if not job.get("existing") or job["status"] == "queued":
         send(job)
+    if s.redis_wait_replicas > 0:
+        job_store().wait_replicated(job["id"], s.redis_wait_replicas, s.redis_wait_timeout_ms)
     return job
 
 

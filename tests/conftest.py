@@ -39,6 +39,7 @@ def _point_process_at(stack: TestStack) -> None:
     get_settings.cache_clear()
     clients._redis.cache_clear()
     clients._chroma.cache_clear()
+    clients._blobs.cache_clear()
     # Celery reads its broker URL when the app is created: if something imported it before this
     # point, re-point it, so nothing a test sends in-process reaches another Redis.
     import sys

@@ -71,6 +71,7 @@ def use_stack_stores(stack: TestStack) -> None:
     get_settings.cache_clear()
     clients._redis.cache_clear()
     clients._chroma.cache_clear()
+    clients._blobs.cache_clear()
 
 
 def start_stack(data_dir: Path, *, chroma: bool = True, worker: bool = True, api: bool = True, **env: str) -> TestStack:

@@ -20,6 +20,7 @@ TINY = {
     "chat_latency.py": ["--n", "5", "--llm-ms", "50", "--turns", "2,3"],
     "contract_overhead.py": ["--n", "50"],
     "ingest_rate.py": ["--n", "8", "--batch", "4", "--parallel", "1"],
+    "blob_ingest.py": ["--n", "8", "--batch", "4"],
     "jobs_runtime.py": ["--jobs", "20", "--paced", "5"],
     "embed_throughput.py": ["--quick"],
     "neardup_eval.py": ["--quick"],

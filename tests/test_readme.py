@@ -32,6 +32,10 @@ NOT_RUN = {
         "deployment example naming other hosts; tests/test_cli_pieces.py starts `yana api` and "
         "`yana worker` against a given Redis"
     ),
+    "export BLOB_URL=s3://yana-blobs/prod AWS_ENDPOINT_URL=http://minio-host:9000 AWS_DEFAULT_REGION=us-east-1": (
+        "deployment example naming other hosts; tests/api/test_scaleout_blobs.py runs the API and workers "
+        "with BLOB_URL and the AWS_* variables against an S3 server on loopback"
+    ),
     "yana api --host 0.0.0.0 --port 8000 --workers 2": "deployment example: see tests/test_cli_pieces.py",
     "yana worker -c 2": "deployment example: see tests/test_cli_pieces.py",
     "yana worker -Q ingest -c 1": "deployment example: see tests/test_cli_pieces.py",

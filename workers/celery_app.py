@@ -6,6 +6,7 @@ from celery import Celery
 from kombu import Queue
 
 from workers.queues import QUEUES
+from yana.clients import celery_redis_config
 from yana.settings import get_settings
 
 TASK_MODULES = [
@@ -21,8 +22,11 @@ TASK_MODULES = [
 
 def create_app() -> Celery:
     s = get_settings()
-    app = Celery("yana", broker=s.redis_url, backend=s.redis_url, include=TASK_MODULES)
+    # REDIS_URL may name Redis Sentinel: broker and results then follow the current master.
+    url, sentinel_options = celery_redis_config(s.redis_url)
+    app = Celery("yana", broker=url, backend=url, include=TASK_MODULES)
     transport = {
+        **sentinel_options,
         # Must exceed the longest task, or Redis hands an unacked message to a second worker.
         "visibility_timeout": s.visibility_timeout_s,
         "socket_keepalive": True,

@@ -2,27 +2,71 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlparse
+from pathlib import Path
+from urllib.parse import quote, unquote, urlparse
 
 import redis
 import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from yana.blobs import BlobStore, open_store
 from yana.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """REDIS_URL=sentinel://[:password@]host:26379,host2:26379/<master name>[/<db>]"""
+
+    hosts: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    password: str | None = None
+
+
+def parse_sentinel(url: str) -> SentinelTarget | None:
+    """The Sentinel deployment a REDIS_URL names, or None for a plain redis:// URL."""
+    if not url.startswith("sentinel://"):
+        return None
+    rest = url[len("sentinel://") :]
+    netloc, _, path = rest.partition("/")
+    password = None
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        password = unquote(userinfo.partition(":")[2] or userinfo) or None
+    hosts = []
+    for part in netloc.split(","):
+        host, _, port = part.strip().rpartition(":")
+        hosts.append((host or part.strip(), int(port) if host and port else 26379))
+    segments = [p for p in path.split("/") if p]
+    if not hosts or not segments:
+        raise ValueError("a sentinel REDIS_URL is sentinel://host:26379[,host2:26379]/<master name>[/<db>]")
+    return SentinelTarget(tuple(hosts), segments[0], int(segments[1]) if len(segments) > 1 else 0, password)
+
+
+def redis_for_url(url: str, timeout_s: float = 10.0, *, decode: bool = True, **kwargs) -> redis.Redis:
+    """A client of the Redis a URL names: redis:// / rediss:// / unix://, or the current master of a
+    Sentinel deployment (sentinel://...), found again through the sentinels after a failover."""
+    target = parse_sentinel(url)
+    common = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, **kwargs}
+    if target is None:
+        return redis.Redis.from_url(url, decode_responses=decode, **common)
+    from redis.sentinel import Sentinel
+
+    sentinel = Sentinel(
+        list(target.hosts),
+        sentinel_kwargs={"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s},
+        **common,
+    )
+    return sentinel.master_for(target.service, db=target.db, password=target.password, decode_responses=decode)
 
 
 @lru_cache(maxsize=8)
 def _redis(url: str, timeout_s: float = 10.0) -> redis.Redis:
     # A paused or unreachable Redis raises redis.TimeoutError after timeout_s instead of hanging.
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        health_check_interval=30,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-    )
+    return redis_for_url(url, timeout_s, health_check_interval=30)
 
 
 def get_redis(settings: Settings | None = None) -> redis.Redis:
@@ -33,9 +77,30 @@ def get_redis(settings: Settings | None = None) -> redis.Redis:
 def get_async_redis(settings: Settings | None = None) -> aredis.Redis:
     # One per event loop is the caller's job (the API keeps one on app.state).
     s = settings or get_settings()
-    return aredis.Redis.from_url(
-        s.redis_url, decode_responses=True, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s
+    t = s.redis_timeout_s
+    target = parse_sentinel(s.redis_url)
+    if target is None:
+        return aredis.Redis.from_url(s.redis_url, decode_responses=True, socket_timeout=t, socket_connect_timeout=t)
+    from redis.asyncio.sentinel import Sentinel
+
+    sentinel = Sentinel(
+        list(target.hosts),
+        sentinel_kwargs={"socket_timeout": t, "socket_connect_timeout": t},
+        socket_timeout=t,
+        socket_connect_timeout=t,
     )
+    return sentinel.master_for(target.service, db=target.db, password=target.password, decode_responses=True)
+
+
+def celery_redis_config(url: str) -> tuple[str, dict]:
+    """Celery's broker/result URL and the transport options it adds for REDIS_URL: Sentinel is
+    `sentinel://h1:26379;sentinel://h2:26379/<db>` with the master name in the options."""
+    target = parse_sentinel(url)
+    if target is None:
+        return url, {}
+    auth = f":{quote(target.password, safe='')}@" if target.password else ""
+    joined = ";".join(f"sentinel://{auth}{h}:{p}/{target.db}" for h, p in target.hosts)
+    return joined, {"master_name": target.service}
 
 
 @lru_cache(maxsize=4)
@@ -73,14 +138,7 @@ def get_chroma(settings: Settings | None = None):
 def _redis_fast(url: str, timeout_s: float) -> redis.Redis:
     # One immediate retry (a pooled connection gone stale), not redis-py's default three with
     # exponential backoff, which turns a Redis outage into seconds per call.
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        health_check_interval=30,
-        retry=Retry(NoBackoff(), 1),
-    )
+    return redis_for_url(url, timeout_s, health_check_interval=30, retry=Retry(NoBackoff(), 1))
 
 
 def get_fast_redis(settings: Settings | None = None) -> redis.Redis:
@@ -88,3 +146,41 @@ def get_fast_redis(settings: Settings | None = None) -> redis.Redis:
     wait instead of the whole request budget."""
     s = settings or get_settings()
     return _redis_fast(s.redis_url, s.chat_redis_timeout_ms / 1000)
+
+
+@lru_cache(maxsize=4)
+def _blobs(
+    url: str | None,
+    data_dir: str,
+    endpoint_url: str | None,
+    access_key_id: str | None,
+    secret_access_key: str | None,
+    region: str | None,
+    timeout_s: float,
+    max_attempts: int,
+) -> BlobStore:
+    return open_store(
+        url,
+        Path(data_dir),
+        endpoint_url=endpoint_url,
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
+        region=region,
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+    )
+
+
+def get_blobs(settings: Settings | None = None) -> BlobStore:
+    """The blob store of staged uploads and label images (BLOB_URL; empty: the DATA_DIR folder)."""
+    s = settings or get_settings()
+    return _blobs(
+        s.blob_url or None,
+        str(s.data_dir),
+        s.blob_endpoint_url,
+        s.blob_access_key_id,
+        s.blob_secret_access_key,
+        s.blob_region,
+        s.blob_timeout_s,
+        s.blob_max_attempts,
+    )

@@ -52,6 +52,23 @@ class Settings(BaseSettings):
     # hanging a request or a job (redis socket timeouts; Chroma's HTTP session timeout).
     redis_timeout_s: float = 10.0
     chroma_timeout_s: float = 30.0
+    # Accepting a job waits until this many replicas have its record and its message (Redis
+    # WAIT after the send), so a failover to a replica loses no accepted job; past the timeout
+    # the request fails with STORE_UNAVAILABLE (retry it with the same Idempotency-Key). 0: no wait.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_ms: int = 2000
+    # Where uploaded bytes are staged and label images are kept (yana.blobs). Empty: the local
+    # folder DATA_DIR (one host, what `yana up` uses). s3://bucket/prefix: an S3-compatible store
+    # every API and worker host shares. Endpoint, keys and region come from the standard
+    # AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION variables
+    # (as boto3 reads them), or from the BLOB_* settings below, which override them.
+    blob_url: str | None = None
+    blob_endpoint_url: str | None = None
+    blob_access_key_id: str | None = None
+    blob_secret_access_key: str | None = None
+    blob_region: str | None = None
+    blob_timeout_s: float = 10.0  # connect and read timeout of every S3 call
+    blob_max_attempts: int = 3  # botocore's standard retry mode, attempts in all
 
     # --- embeddings -------------------------------------------------------------------------
     # Empty: the seed's cl-nagoya/ruri-v3-30m when it is on disk, else the bundled
@@ -94,8 +111,9 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = 20 * 1024 * 1024
     fetch_allow: CsvList = Field(default_factory=list)  # hosts/CIDRs a URL source may resolve to
     ingest_batch_size: int = 16  # items per embedding batch inside an ingest job
-    # Uploads are staged under DATA_DIR/incoming/<job> before the job record exists; a folder
-    # older than this with no job (or a finished one) is removed by the workers' maintenance loop.
+    # Uploads are staged in the blob store under incoming/<job> before the job record exists;
+    # staged blobs older than this with no job (or a finished one) are removed by the workers'
+    # maintenance loop.
     staging_grace_s: float = 3600.0
     reembed_batch_size: int = 64
 

@@ -27,6 +27,9 @@ from fastapi_mcp import FastApiMCP
 from yana.settings import Settings
 
 MCP_PATH = "/mcp"
+# Operations that answer bytes, not the JSON envelope (a label's image): documented in OpenAPI,
+# not offered as tools (a tool result is JSON text). Search hits carry their URL instead.
+BINARY_OPERATIONS = ["label_image"]
 FORWARDED_HEADERS = ["authorization", "x-run-id", "x-trace-id", "traceparent", "tracestate"]
 
 
@@ -110,6 +113,7 @@ def mount_mcp(app: FastAPI, settings: Settings, internal_header: str, internal_s
         http_client=client,
         headers=FORWARDED_HEADERS,
         describe_all_responses=False,
+        exclude_operations=BINARY_OPERATIONS,
     )
     mcp.mount_http(app, mount_path=MCP_PATH)
     return mcp

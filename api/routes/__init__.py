@@ -1,6 +1,6 @@
 """Every feature's router, in one list that api.main includes."""
 
-from api.routes import chat, dedup, demo, health, ingest, jobs, logs, memo, reembed, retrieve, search, think
+from api.routes import chat, dedup, demo, health, ingest, jobs, labels, logs, memo, reembed, retrieve, search, think
 
 ROUTERS = [
     health.router,
@@ -10,6 +10,7 @@ ROUTERS = [
     dedup.router,
     reembed.router,
     search.router,
+    labels.router,
     chat.router,
     retrieve.router,
     think.router,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from api.schemas import ERRORS, Envelope
 from pipelines.dedup_report import dedup_groups
-from yana.clients import get_redis
+from yana.clients import get_blobs, get_redis
 from yana.settings import get_settings
 
 router = APIRouter(prefix="/v1/dedup", tags=["ingest"])
@@ -66,4 +66,6 @@ async def list_dedup_groups(
     thumbs: Annotated[bool, Query(description="include small JPEG thumbnails as data URIs")] = False,
 ) -> dict:
     s = get_settings()
-    return await asyncio.to_thread(dedup_groups, get_redis(), s.data_dir, limit=limit, cursor=cursor, thumbs=thumbs)
+    return await asyncio.to_thread(
+        dedup_groups, get_redis(), s.data_dir, limit=limit, cursor=cursor, thumbs=thumbs, blobs=get_blobs(s)
+    )

@@ -9,8 +9,8 @@ Accepted forms
     worker with SSRF protection, or file:// inside IMPORT_DIR); or `items: [...]` of such objects;
     and/or `documents: [{id, text, metadata}]` (also a single `{id, text, metadata}` without image).
 
-Answers 202 with the job (uploaded bytes are on disk under DATA_DIR/incoming/<job> first, so a
-killed worker loses nothing). A single image whose exact bytes are already indexed answers at once:
+Answers 202 with the job (uploaded bytes are first staged in the blob store under incoming/<job>:
+DATA_DIR, or the S3 bucket of BLOB_URL that every host shares; so a killed worker loses nothing). A single image whose exact bytes are already indexed answers at once:
 200 `{id, dedup: true, hash_sha1, phash}`, or 409 with `strict`. A request with one item answers
 its problem (wrong type, too large, path outside the import folder, private URL) as a 4xx; in a
 request with many, such an item is recorded as a failed item of the job and the rest go on.
@@ -90,7 +90,8 @@ class IngestDedup(Envelope):
     dedup: bool = True
     hash_sha1: str
     phash: str
-    file_path: str | None = None
+    file_path: str | None = Field(None, description="stored image relative to DATA_DIR; null with an S3 blob store")
+    image_url: str | None = Field(None, description="the stored image, served by the API (GET, same auth)")
     run_id: str | None = None
     trace_id: str | None = None
 

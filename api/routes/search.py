@@ -69,7 +69,10 @@ class SearchHit(BaseModel):
     brewery: str = ""
     region: str = ""
     label_features: list[str] = []
-    file_path: str = ""
+    file_path: str = Field(
+        "", description="stored image relative to DATA_DIR; empty for text and with an S3 blob store"
+    )
+    image_url: str | None = Field(None, description="a label's stored image, served by the API (GET, same auth)")
     score: float
 
 

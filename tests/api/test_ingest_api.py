@@ -312,6 +312,7 @@ def test_staging_without_a_job_is_swept_after_the_grace_time(istack):
 
     from pipelines.ingest_accept import sweep_staging
     from pipelines.jobs import JobStore
+    from yana.blobs import LocalBlobStore
     from yana.ids import new_job_id
 
     r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
@@ -323,10 +324,11 @@ def test_staging_without_a_job_is_swept_after_the_grace_time(istack):
     for folder in (orphan, queued, finished):
         folder.mkdir(parents=True)
         (folder / "0.bin").write_bytes(b"staged")
-    assert sweep_staging(r, istack.data_dir, grace_s=3600) == 0  # young: kept
+    blobs = LocalBlobStore(istack.data_dir)
+    assert sweep_staging(r, blobs, grace_s=3600) == 0  # young: kept
     old = time.time() - 7200
-    os.utime(orphan, (old, old))
-    assert sweep_staging(r, istack.data_dir, grace_s=3600) == 1 and not orphan.exists()
+    os.utime(orphan / "0.bin", (old, old))
+    assert sweep_staging(r, blobs, grace_s=3600) == 1 and not orphan.exists()
     # The workers' maintenance loop sweeps on its own once the grace time has passed.
     wait_for(lambda: not finished.exists(), timeout_s=STAGING_GRACE_S + 30, what="finished job's staging swept")
     assert queued.exists(), "a staging folder whose job is still queued is kept"

@@ -12,6 +12,7 @@ from PIL import Image
 
 from pipelines import imaging
 from tools.datagen import images
+from yana.blobs import LocalBlobStore
 from yana.errors import YanaError
 
 LIMITS = {"max_bytes": 2_000_000, "max_pixels": 4_000_000}
@@ -100,10 +101,13 @@ def test_byte_cap_is_checked_before_decoding(label):
 def test_store_image_is_content_addressed(tmp_path, label):
     data = images.encode(label, "JPEG")
     sha = imaging.sha1_hex(data)
-    rel = imaging.store_image(tmp_path, sha, "JPEG", data)
+    store = LocalBlobStore(tmp_path)
+    rel = imaging.store_image(store, sha, "JPEG", data)
     assert rel == f"images/{sha[:2]}/{sha}.jpg"
     assert (tmp_path / rel).read_bytes() == data
-    assert imaging.store_image(tmp_path, sha, "JPEG", data) == rel  # again: harmless
+    mtime = (tmp_path / rel).stat().st_mtime_ns
+    assert imaging.store_image(store, sha, "JPEG", data) == rel  # again: harmless, not rewritten
+    assert (tmp_path / rel).stat().st_mtime_ns == mtime
 
 
 def test_generated_variants_stay_near_and_distinct_labels_stay_far():

@@ -1,0 +1,27 @@
+"""A label's stored image: where it is in the blob store (GET /v1/labels/{id}/image)."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from pipelines import labels, lexical, vector_index
+
+LABEL_ID = re.compile(r"^label_[0-9a-f]{16}$")
+
+
+def image_key(r, label_id: str) -> str | None:
+    """The blob key of the label's image, or None (no such label, or a text document)."""
+    if not LABEL_ID.match(label_id):
+        return None
+    key = r.hget(labels.LABEL_IMAGES_KEY, label_id)
+    if key:
+        return key
+    # Labels indexed before the map existed: the file_path in the chunk's metadata (local store).
+    collection = vector_index.active_name(r)
+    if collection:
+        raw = r.hget(lexical.prefix(collection) + "doc:" + labels.chunk_id(label_id, 0), "meta")
+        if raw:
+            return orjson.loads(raw).get("file_path") or None
+    return None

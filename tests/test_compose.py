@@ -1,0 +1,116 @@
+"""docker-compose.yml is the scale-out layout: no Docker engine runs here, so its structure is
+checked (services, variables, volumes), its yana environment is parsed by the real Settings and
+client factory, and its sentinel start-up script is run for real against a loopback redis-server."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+
+from cli.processes import free_port, redis_server_binary
+from yana.blobs import parse_s3_url
+from yana.clients import celery_redis_config, parse_sentinel
+from yana.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+YANA = ("api", "worker", "flower")
+
+
+def _env(name: str) -> dict[str, str]:
+    """A service's environment with ${VAR:-default} / ${VAR:?msg} as compose would resolve them
+    (an example value for the required ones)."""
+
+    def resolve(v: str) -> str:
+        v = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(v))
+        return re.sub(r"\$\{([A-Z_]+):\?[^}]*\}", lambda m: "whsec_" + "eA==" if "WEBHOOK" in m[1] else "pw", v)
+
+    return {k: resolve(v) for k, v in (SERVICES[name].get("environment") or {}).items()}
+
+
+def test_services():
+    assert {"redis-master", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3", "chroma", "minio"} <= set(
+        SERVICES
+    )
+    assert set(YANA) <= set(SERVICES) and "minio-init" in SERVICES
+    assert SERVICES["redis-replica"]["command"][-3:] == ["--replicaof", "redis-master", "6379"]
+
+
+def test_api_and_workers_share_no_volume():
+    for name in YANA:
+        assert not SERVICES[name].get("volumes"), f"{name} mounts a volume: hosts must not share a disk"
+    used = {v.split(":")[0] for svc in SERVICES.values() for v in svc.get("volumes") or []}
+    assert used == set(COMPOSE["volumes"]), "every named volume belongs to a store, and is declared"
+
+
+@pytest.mark.parametrize("name", YANA)
+def test_yana_environment_names_sentinel_minio_and_chroma(name):
+    env = _env(name)
+    target = parse_sentinel(env["REDIS_URL"])
+    assert target is not None and target.service == "mymaster"
+    assert {h for h, _p in target.hosts} == {"sentinel-1", "sentinel-2", "sentinel-3"}
+    assert all(p == 26379 for _h, p in target.hosts)
+    assert celery_redis_config(env["REDIS_URL"])[1] == {"master_name": "mymaster"}
+    bucket, prefix = parse_s3_url(env["BLOB_URL"])
+    assert env["AWS_ENDPOINT_URL"] == "http://minio:9000" and env["AWS_DEFAULT_REGION"]
+    assert env["AWS_ACCESS_KEY_ID"] == _env("minio")["MINIO_ROOT_USER"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == _env("minio")["MINIO_ROOT_PASSWORD"]
+    assert f"local/{bucket}" in SERVICES["minio-init"]["entrypoint"][-1], "minio-init creates the BLOB_URL bucket"
+    assert env["CHROMA_URL"] == "http://chroma:8000" and int(env["REDIS_WAIT_REPLICAS"]) >= 1
+    s = Settings(**{k.lower(): v for k, v in env.items() if k.lower() in Settings.model_fields})
+    assert s.blob_url == env["BLOB_URL"] and s.redis_wait_replicas == 1 and prefix == "blobs"
+    assert "sentinel-1" in SERVICES[name]["depends_on"] and "minio-init" in SERVICES[name]["depends_on"]
+
+
+@pytest.mark.stack  # starts redis-server processes of its own
+def test_the_sentinel_script_starts_a_sentinel_that_monitors_the_master(tmp_path):
+    """The sentinels' command, with the service name and port mapped to loopback, run for real."""
+    script = SERVICES["sentinel-1"]["command"][-1]
+    assert SERVICES["sentinel-1"]["command"] == SERVICES["sentinel-3"]["command"]
+    master_port, sentinel_port = free_port(), free_port()
+    script = script.replace("redis-master 6379", f"127.0.0.1 {master_port}").replace(
+        "'port 26379'", f"'port {sentinel_port}'"
+    )
+    script = script.replace("/tmp/sentinel.conf", str(tmp_path / "sentinel.conf")).replace(
+        "redis-server", redis_server_binary()
+    )
+    script = script.replace("'sentinel announce-hostnames yes'", "'bind 127.0.0.1'")
+    master = subprocess.Popen(
+        [
+            redis_server_binary(),
+            "--port",
+            str(master_port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    sentinel = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        s = redis.Redis(port=sentinel_port, socket_timeout=1, decode_responses=True)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                info = s.sentinel_master("mymaster")
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert int(info["port"]) == master_port and int(info["quorum"]) == 2
+        assert int(info["down-after-milliseconds"]) == 5000
+    finally:
+        for p in (sentinel, master):
+            p.kill()
+            p.wait(10)
