@@ -18,10 +18,10 @@ _lock = threading.Lock()
 _cache: dict[int, tuple[Settings, ChatDeps]] = {}
 
 
-def search_retriever(query_text: str, filters: dict, k: int) -> list[dict]:
-    """THE search (pipelines/search.py)."""
+def search_retriever(query_text: str, filters: dict, k: int) -> dict:
+    """THE search (pipelines/search.py): {hits, not_found}."""
     result = search(query_text or None, filters or None, k=k, debug=False)
-    return list(result.get("hits") or [])
+    return {"hits": list(result.get("hits") or []), "not_found": list(result.get("not_found") or [])}
 
 
 def llm_configured(s: Settings) -> bool:
