@@ -87,8 +87,10 @@ def english_recall(specs: list[dict], labels: list[Label], search) -> None:
             ids = [h["id"] for h in search(spec["q"], k=10, use_glossary=use)["hits"]]
             got[name] = sum(1 for i in ids if i in relevant) / min(10, len(relevant))
         top = search(spec["q"], k=1)["hits"]
-        rows.append((spec["q"], len(relevant), got["glossary"], got["no glossary"], by_id.get(top[0]["id"]) if top else None))
-    print(f"\n1. English queries -> Japanese labels: recall@10 (right labels in the top 10 / min(10, right labels))")
+        rows.append(
+            (spec["q"], len(relevant), got["glossary"], got["no glossary"], by_id.get(top[0]["id"]) if top else None)
+        )
+    print("\n1. English queries -> Japanese labels: recall@10 (right labels in the top 10 / min(10, right labels))")
     print(f"  {'query':28} {'right':>5} {'glossary':>9} {'without':>8}  top hit's features")
     for q, n, with_g, without, top in rows:
         feats = "、".join(top.label_features) if top else "-"
@@ -118,7 +120,10 @@ def offers_alternative(reply: str, hits: list[dict]) -> bool:
 
 
 def none_found(specs: list[dict], labels: list[Label], deps, show: int) -> None:
-    texts = [" ".join([lab.category, lab.brand_name, lab.product_name, lab.brewery, lab.region, *lab.label_features]) for lab in labels]
+    texts = [
+        " ".join([lab.category, lab.brand_name, lab.product_name, lab.brewery, lab.region, *lab.label_features])
+        for lab in labels
+    ]
     g = glossary.get()
     ok, asked, skipped, missed = 0, 0, [], []
     t = time.perf_counter()

@@ -341,7 +341,6 @@ def _not_found(idx: LiveIndex, q: str, filters: dict[str, list[str]]) -> list[st
     return list(dict.fromkeys(missing))
 
 
-
 def _sync(idx: LiveIndex, r, chroma, collection: str, timing: dict[str, float]) -> None:
     t = time.perf_counter()
     idx.sync(r, _fetcher(chroma, collection))

@@ -13,9 +13,7 @@ _G = glossary.get()
 
 # canonical feature -> other ways to say it (matched in the question, used when rewriting queries:
 # the first is the English form). From THE glossary (pipelines/data/glossary.tsv), loose forms included.
-FEATURES: dict[str, tuple[str, ...]] = {
-    e.ja: (*e.en, *e.alt, *e.loose) for e in _G.of_kinds(*glossary.FEATURE_KINDS)
-}
+FEATURES: dict[str, tuple[str, ...]] = {e.ja: (*e.en, *e.alt, *e.loose) for e in _G.of_kinds(*glossary.FEATURE_KINDS)}
 
 # Features whose canonical form is a whole-word match hazard inside others ("燗" in "燗酒向け"):
 # matching is longest-first over all surface forms, so these resolve to the longer term.

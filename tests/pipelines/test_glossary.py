@@ -91,7 +91,9 @@ def test_tokenizer_meets_english_and_japanese_at_index_and_query_time():
 def test_loader_rejects_bad_files(tmp_path):
     head = "ja\tkind\ten\talt\tloose\twithin\tcode\n"
     ok = tmp_path / "ok.tsv"
-    ok.write_text(head + "# a comment\n\n辛口\ttaste\tdry|Bone Dry\tからくち\n超辛口\ttaste\textra dry\t\t\t辛口\n", "utf-8")
+    ok.write_text(
+        head + "# a comment\n\n辛口\ttaste\tdry|Bone Dry\tからくち\n超辛口\ttaste\textra dry\t\t\t辛口\n", "utf-8"
+    )
     loaded = glossary.load(ok)
     assert len(loaded) == 2 and loaded.by_ja["辛口"].en == ("dry", "Bone Dry")
     assert loaded.concepts("bone dry") == ["辛口"] and loaded.concepts("extra dry") == ["超辛口", "辛口"]

@@ -372,7 +372,13 @@ def test_bm25_under_a_filter_scores_the_filtered_rows_as_without_it(corpus):
 # ------------------------------------------------------------------ the glossary: English meets Japanese
 @pytest.mark.parametrize(
     "query, feature",
-    [("dry", "辛口"), ("fruity", "フルーティー"), ("sparkling sake", "発泡"), ("light and crisp", "淡麗"), ("apples", "りんご")],
+    [
+        ("dry", "辛口"),
+        ("fruity", "フルーティー"),
+        ("sparkling sake", "発泡"),
+        ("light and crisp", "淡麗"),
+        ("apples", "りんご"),
+    ],
 )
 def test_english_feature_words_find_the_japanese_feature_labels(corpus, query, feature):
     n = sum(feature in lab.label_features for lab in corpus.labels)
