@@ -119,13 +119,13 @@ def offers_alternative(reply: str, hits: list[dict]) -> bool:
     return named and any(w in reply for w in ALTERNATIVE_WORDS)
 
 
-def none_found(specs: list[dict], labels: list[Label], deps, show: int) -> None:
+def none_found(specs: list[dict], labels: list[Label], deps, show: int, plain_search) -> None:
     texts = [
         " ".join([lab.category, lab.brand_name, lab.product_name, lab.brewery, lab.region, *lab.label_features])
         for lab in labels
     ]
     g = glossary.get()
-    ok, asked, skipped, missed = 0, 0, [], []
+    ok, asked, skipped, missed, near_ok, near_asked, plain_ok = 0, 0, [], [], 0, 0, 0
     t = time.perf_counter()
     for n, spec in enumerate(specs):
         thing = spec["missing"]
@@ -136,6 +136,12 @@ def none_found(specs: list[dict], labels: list[Label], deps, show: int) -> None:
         reply, hits, nf = _chat(spec["q"], deps)
         good = says_not_found(reply, thing) and offers_alternative(reply, hits)
         ok += good
+        near = g.by_ja[thing].near if thing in g.by_ja else ""
+        if near and hits:
+            near_asked += 1
+            near_ok += hits[0].get("category") == near
+            plain = plain_search(spec["q"], k=1)["hits"]
+            plain_ok += bool(plain) and plain[0]["category"] == near
         if not good:
             missed.append((spec["q"], nf, reply))
         if n < show:
@@ -144,6 +150,10 @@ def none_found(specs: list[dict], labels: list[Label], deps, show: int) -> None:
     print(
         f"  answered 'none found' + an alternative: {ok}/{asked} = {ok / max(1, asked):.3f} (bar 0.95); "
         f"{ms:.0f} ms per turn"
+    )
+    print(
+        f"  alternative from the nearest category (泡盛 -> a sake, メロン -> a juice): {near_ok}/{near_asked} "
+        f"(the plain search's top hit: {plain_ok}/{near_asked})"
     )
     for q, nf, reply in missed:
         print(f"  MISSED: {q} (not_found={nf}): {reply}")
@@ -185,7 +195,7 @@ def main() -> None:
     from chromadb.config import Settings as ChromaSettings
 
     from pipelines.chat.nodes import ChatDeps
-    from pipelines.search import search
+    from pipelines.search import search, search_or_alternatives
     from yana.settings import get_settings
 
     qs = json.loads(QUESTIONS.read_text(encoding="utf-8"))
@@ -211,12 +221,14 @@ def main() -> None:
         english_recall(qs["english"], labels, run_search)
 
         def retrieve(q, filters, k):
-            res = run_search(q or None, filters or None, k=k, debug=False)
+            res = search_or_alternatives(
+                q or None, filters or None, k=k, debug=False, collection=name, r=r, chroma=chroma
+            )
             return {"hits": res["hits"], "not_found": res["not_found"]}
 
         deps = ChatDeps(settings=get_settings(), retrieve=retrieve)
         print(f"\n2. 'None found' questions through the chat graph (template replies, no LLM): {len(qs['none_found'])}")
-        none_found(qs["none_found"], labels, deps, args.show)
+        none_found(qs["none_found"], labels, deps, args.show, run_search)
         print(f"\n3. Control questions (the labels have it): {len(qs['control'])}")
         control(qs["control"], labels, deps)
 

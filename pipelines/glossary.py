@@ -34,7 +34,7 @@ import jaconv
 PATH = Path(__file__).resolve().parent / "data" / "glossary.tsv"
 KINDS = ("category", "grade", "taste", "style", "rice", "serving", "label", "juice", "fruit", "region", "brand")
 FEATURE_KINDS = ("taste", "style", "rice", "serving", "label", "juice", "fruit")
-_COLUMNS = ("ja", "kind", "en", "alt", "loose", "within", "code")
+_COLUMNS = ("ja", "kind", "en", "alt", "loose", "within", "code", "near")
 _WORD = re.compile(r"[a-z0-9]+")
 _KANA_ONLY = re.compile(r"^[\u3040-\u30ffー]+$")
 
@@ -48,6 +48,7 @@ class Entry:
     loose: tuple[str, ...]
     within: str
     code: str
+    near: str  # the catalogue category to offer an alternative from when no label has this concept
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,12 @@ class Glossary:
                     out.extend(self.broader(c))
         return out
 
+    def near_category(self, concepts: list[str]) -> str:
+        """The one catalogue category to offer alternatives from for these missing concepts ("" when
+        they name none, or disagree)."""
+        near = {self.by_ja[c].near for c in concepts if c in self.by_ja and self.by_ja[c].near}
+        return near.pop() if len(near) == 1 else ""
+
     def kind_of(self, concept: str) -> str:
         e = self.by_ja.get(concept)
         return e.kind if e else ""
@@ -182,12 +189,12 @@ def parse(text: str) -> list[Entry]:
         if not line.strip() or line.startswith("#"):
             continue
         cells = line.split("\t")
-        if tuple(c.strip() for c in cells[: len(_COLUMNS)]) == _COLUMNS:
+        if [c.strip() for c in cells[:2]] == ["ja", "kind"]:  # the header
             continue
         cells += [""] * (len(_COLUMNS) - len(cells))
         if len(cells) > len(_COLUMNS):
             raise ValueError(f"glossary line {n}: {len(cells)} columns, expected {len(_COLUMNS)}")
-        ja, kind, en, alt, loose, within, code = (c.strip() for c in cells)
+        ja, kind, en, alt, loose, within, code, near = (c.strip() for c in cells)
         if not ja:
             raise ValueError(f"glossary line {n}: no canonical form")
         if kind not in KINDS:
@@ -195,7 +202,7 @@ def parse(text: str) -> list[Entry]:
         if ja in seen:
             raise ValueError(f"glossary line {n}: {ja} listed twice")
         seen.add(ja)
-        entries.append(Entry(ja, kind, _split(en), _split(alt), _split(loose), within, code))
+        entries.append(Entry(ja, kind, _split(en), _split(alt), _split(loose), within, code, near))
     known = {e.ja for e in entries}
     for e in entries:
         if e.within and e.within not in known:

@@ -571,3 +571,18 @@ def search(
 def _value_names(idx: LiveIndex, field_name: str, codes: set[int]) -> list[str]:
     names = {code: value for value, code in idx.value_code[field_name].items()}
     return [names[c] for c in codes if c in names]
+
+
+def search_or_alternatives(query_text: str | None, filters: dict | None = None, k: int = 5, **kw) -> dict:
+    """THE search for a conversation (chat): when the query names something no label has
+    (`not_found`), the hits are the nearest labels of the catalogue category the glossary names as
+    nearest to it (泡盛 -> sake, メロン -> juice), unless the caller filtered the category already;
+    `alternatives_from` then says which filter the alternatives come from."""
+    res = search(query_text, filters, k=k, **kw)
+    missing = res.get("not_found") or []
+    category = glossary_mod.get().near_category(missing) if missing else ""
+    if category and not (filters or {}).get("category"):
+        alt = search(query_text, {**(filters or {}), "category": category}, k=k, **kw)
+        if alt["hits"]:
+            res = {**alt, "not_found": missing, "alternatives_from": {"category": category}}
+    return res

@@ -70,6 +70,13 @@ def test_leftmost_longest_and_several_meanings(g):
     assert g.concepts("", broader=False) == []
 
 
+def test_nearest_category_for_alternatives(g):
+    assert g.near_category(["泡盛"]) == "sake" and g.near_category(["メロン"]) == "juice"
+    assert g.near_category(["コーヒー"]) == "juice" and g.near_category(["而今"]) == "sake"
+    assert g.near_category(["大阪"]) == ""  # a place says nothing about the category
+    assert g.near_category(["泡盛", "メロン"]) == ""  # they disagree: no guess
+
+
 def test_broader_concepts(g):
     assert g.concepts("小樽") == ["小樽", "北海道"]
     assert g.concepts("小樽", broader=False) == ["小樽"]
@@ -89,7 +96,7 @@ def test_tokenizer_meets_english_and_japanese_at_index_and_query_time():
 
 
 def test_loader_rejects_bad_files(tmp_path):
-    head = "ja\tkind\ten\talt\tloose\twithin\tcode\n"
+    head = "ja\tkind\ten\talt\tloose\twithin\tcode\tnear\n"
     ok = tmp_path / "ok.tsv"
     ok.write_text(
         head + "# a comment\n\n辛口\ttaste\tdry|Bone Dry\tからくち\n超辛口\ttaste\textra dry\t\t\t辛口\n", "utf-8"
@@ -103,7 +110,7 @@ def test_loader_rejects_bad_files(tmp_path):
         ("辛口\ttaste\tdry\n辛口\ttaste\tsec\n", "twice"),
         ("超辛口\ttaste\textra dry\t\t\t辛口\n", "not listed"),
         ("\ttaste\tdry\n", "no canonical"),
-        ("辛口\ttaste\tdry\t\t\t\t\textra\n", "columns"),
+        ("辛口\ttaste\tdry\t\t\t\t\t\textra\n", "columns"),
     ):
         bad = tmp_path / "bad.tsv"
         bad.write_text(head + body, "utf-8")

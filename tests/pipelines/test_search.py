@@ -415,3 +415,17 @@ def test_not_found_names_what_no_label_has(corpus):
     assert corpus.search("dry", {"category": "juice"}, k=3)["not_found"] == ["辛口"]
     region = next(lab.region for lab in corpus.labels if lab.category == "juice")
     assert corpus.search(region, {"category": "juice"}, k=3)["not_found"] == []
+
+
+def test_alternatives_come_from_the_nearest_category(corpus):
+    kw = {"collection": corpus.name, "r": corpus.r, "chroma": corpus.chroma}
+    for question, category in (("Do you have any awamori?", "sake"), ("メロンジュースある？", "juice")):
+        res = search_mod.search_or_alternatives(question, k=4, **kw)
+        assert res["not_found"] and res["alternatives_from"] == {"category": category}
+        assert len(res["hits"]) == 4 and all(h["category"] == category for h in res["hits"])
+    # the caller's own category filter stands; a question with nothing missing is THE search as is
+    res = search_mod.search_or_alternatives("melon", {"category": "sake"}, k=2, **kw)
+    assert res["not_found"] == ["メロン"] and "alternatives_from" not in res
+    assert all(h["category"] == "sake" for h in res["hits"])
+    plain = corpus.search("dry", k=3)
+    assert search_mod.search_or_alternatives("dry", k=3, **kw)["hits"] == plain["hits"]
