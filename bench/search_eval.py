@@ -62,7 +62,9 @@ def run(seed: int, n_labels: int, schemes: bool) -> None:
         chroma = chromadb.PersistentClient(
             path=os.path.join(tmp, "chroma"), settings=ChromaSettings(anonymized_telemetry=False)
         )
-        name = vector_index.collection_name(MODEL, emb.shape[1], 1)
+        # one name per seed: this process keeps a live index per collection name, and a second seed
+        # under the same name would be served from the first seed's (its change counter looks in step)
+        name = vector_index.collection_name(MODEL, emb.shape[1], seed + 1)
         col = vector_index.create_collection(chroma, name, MODEL, emb.shape[1])
         search_eval.index_labels(col, r, chunks, emb)
         print(

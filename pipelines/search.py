@@ -20,6 +20,11 @@ document already shown, a pHash within PHASH_THRESHOLD bits of one already shown
 cosine >= 0.99 to one already shown *for the same brand and product* (distinct products of a brand
 can be 0.998 apart, so vectors alone would hide real labels).
 
+Not found: the glossary concepts the query names (pipelines.glossary: 泡盛, 沖縄, dry, Otaru ...)
+that no row passing the filters carries are listed in `not_found` (canonical forms), so a caller
+can say "there is none" instead of presenting the nearest hits as if they matched. A form with
+several meanings ("sparkling": 発泡 or 炭酸) counts as found when any of them is.
+
 sort_by="recency" with a query orders the RECENCY_POOL most relevant rows newest first; without a
 query both sorts browse the filtered rows newest first. `k` is the page size when `page_size` is
 not given (the chat/think top-k); `page_size` (<= 50) pages through the same order.
@@ -44,10 +49,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from pipelines import glossary as glossary_mod
 from pipelines import imaging, labels, lexical, vector_index
 from pipelines.embedding import get_embedder, resolve_default_model
 from pipelines.search_index import LiveIndex
-from pipelines.tokenize_ja import normalize, tokenize
+from pipelines.tokenize_ja import DEFAULT_SCHEME, GLOSS_PREFIX, NO_GLOSSARY, normalize, tokenize
 from yana.clients import get_chroma, get_redis
 from yana.errors import ErrorCode, YanaError, bad_request, internal
 from yana.settings import get_settings
@@ -262,8 +268,14 @@ class _Dedup:
         return False
 
 
-def _empty(debug: bool, reason: str) -> dict:
-    return {"hits": [], "next_page": None, "debug": {"mode": reason, "timing_ms": {}} if debug else {}}
+def _empty(debug: bool, reason: str, q: str = "") -> dict:
+    missing = [m.concepts[0] for m in glossary_mod.get().matches(q)] if q else []
+    return {
+        "hits": [],
+        "next_page": None,
+        "not_found": list(dict.fromkeys(missing)),
+        "debug": {"mode": reason, "timing_ms": {}} if debug else {},
+    }
 
 
 # ------------------------------------------------------------------ the stages of a search
@@ -310,9 +322,23 @@ class _Ranked:
     filtered: int | None  # rows passing the filters; None when only the recency pool was ranked
 
 
-def _plan(q: str, mode: str, chroma, collection: str) -> _Query:
+def _plan(q: str, mode: str, chroma, collection: str, use_glossary: bool = True) -> _Query:
     vector = _embed_async(_model_of(chroma, collection), q) if q and mode != "lexical" else None
-    return _Query(q, tokenize(q) if q and mode != "dense" else [], mode, vector)
+    scheme = DEFAULT_SCHEME if use_glossary else NO_GLOSSARY
+    return _Query(q, tokenize(q, scheme, broader=False) if q and mode != "dense" else [], mode, vector)
+
+
+def _not_found(idx: LiveIndex, q: str, filters: dict[str, list[str]]) -> list[str]:
+    """The glossary concepts the query names that no row passing the filters carries."""
+    missing: list[str] = []
+    matches = glossary_mod.get().matches(q) if q else []
+    if not matches:
+        return missing
+    mask = idx.filter_mask(filters) if filters else None
+    for m in matches:
+        if not any(idx.carries(GLOSS_PREFIX + c, mask) for c in m.concepts):
+            missing.append(m.concepts[0])
+    return list(dict.fromkeys(missing))
 
 
 def _sync(idx: LiveIndex, r, chroma, collection: str, timing: dict[str, float]) -> None:
@@ -466,6 +492,7 @@ def search(
     *,
     debug: bool = True,
     mode: str = "hybrid",
+    use_glossary: bool = True,
     collection: str | None = None,
     r=None,
     chroma=None,
@@ -473,8 +500,9 @@ def search(
     """Ranked, filtered, paged hits of the active collection (or `collection`).
 
     Returns {hits: [{id, category, brand_name, product_name, brewery, region, label_features,
-    file_path, score, ...}], next_page: int | None, debug: {...}}. Raises YanaError BAD_REQUEST on
-    bad arguments. `mode` "lexical"/"dense" rank by one signal alone (evaluation).
+    file_path, score, ...}], next_page: int | None, not_found: [concept], debug: {...}}. Raises
+    YanaError BAD_REQUEST on bad arguments. `mode` "lexical"/"dense" rank by one signal alone, and
+    use_glossary=False leaves the glossary's terms out of the query (evaluation).
     """
     t0 = time.perf_counter()
     q, flt, size = _validate(query_text, filters, k, sort_by, page, page_size, mode)
@@ -482,11 +510,11 @@ def search(
     if collection is None:
         collection = vector_index.active_name(r)
     if not collection:
-        return _empty(debug, "no_collection")
+        return _empty(debug, "no_collection", q)
     chroma = chroma or get_chroma()
     s = get_settings()
     timing: dict[str, float] = {}
-    query = _plan(q, mode, chroma, collection)
+    query = _plan(q, mode, chroma, collection, use_glossary)
     browse = not q
     recency = sort_by == "recency" or browse
 
@@ -514,9 +542,15 @@ def search(
             idx, scored, recency=recency, browse=browse, end=page * size, phash_bits=s.phash_threshold, timing=timing
         )
         hits, dbg_hits = _present(idx, ranked, page, size, debug)
+        not_found = _not_found(idx, q, flt)
         seq = idx.seq
 
-    out: dict = {"hits": hits, "next_page": page + 1 if len(ranked.kept) > page * size else None, "debug": {}}
+    out: dict = {
+        "hits": hits,
+        "next_page": page + 1 if len(ranked.kept) > page * size else None,
+        "not_found": not_found,
+        "debug": {},
+    }
     if debug:
         top = dbg_hits[0] if dbg_hits else {}
         timing["total_ms"] = (time.perf_counter() - t0) * 1e3
@@ -539,3 +573,18 @@ def search(
 def _value_names(idx: LiveIndex, field_name: str, codes: set[int]) -> list[str]:
     names = {code: value for value, code in idx.value_code[field_name].items()}
     return [names[c] for c in codes if c in names]
+
+
+def search_or_alternatives(query_text: str | None, filters: dict | None = None, k: int = 5, **kw) -> dict:
+    """THE search for a conversation (chat): when the query names something no label has
+    (`not_found`), the hits are the nearest labels of the catalogue category the glossary names as
+    nearest to it (泡盛 -> sake, メロン -> juice), unless the caller filtered the category already;
+    `alternatives_from` then says which filter the alternatives come from."""
+    res = search(query_text, filters, k=k, **kw)
+    missing = res.get("not_found") or []
+    category = glossary_mod.get().near_category(missing) if missing else ""
+    if category and not (filters or {}).get("category"):
+        alt = search(query_text, {**(filters or {}), "category": category}, k=k, **kw)
+        if alt["hits"]:
+            res = {**alt, "not_found": missing, "alternatives_from": {"category": category}}
+    return res

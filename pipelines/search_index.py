@@ -474,6 +474,14 @@ class LiveIndex:
                 if hi > lo:
                     yield d.indices[lo:hi] + self.base.rows, d.data[lo:hi]
 
+    def carries(self, term: str, mask: np.ndarray | None = None) -> bool:
+        """Whether any live row (in `mask`, when given) holds `term`."""
+        tid = self.term_id.get(term)
+        if tid is None or tid >= self.df.shape[0] or self.df[tid] <= 0:
+            return False
+        allowed = self.alive[: self.n] if mask is None else mask
+        return any(bool(allowed[rows].any()) for rows, _ in self._postings(tid))
+
     def bm25(self, terms: list[str], mask: np.ndarray | None = None) -> np.ndarray:
         """BM25 for the query's distinct terms, over all n rows; only rows in `mask` (default: the
         live ones) are scored, the rest are 0. Statistics (df, average length) are over live rows,

@@ -10,6 +10,8 @@ A text becomes terms of several kinds (each kind is a namespace, so they never c
          unidic-lite) in romaji, so "dassai" finds 獺祭 and "Otaru" finds 小樽.
   t:     character trigrams of romaji per run ("kitanohomare"), so a romaji typo ("dasai",
          "kitanohomre") or a different word split ("kita no homare") still shares most terms.
+  g:     the glossary's concepts the text names (pipelines.glossary): g:辛口 for 辛口, からくち and
+         "dry" alike, so an English question meets a Japanese label (and the other way round).
 
 Romaji is normalised so Hepburn, Kunrei and English spellings meet: long vowels collapse
 (hokkaidou/hokkaido, niigata/nigata), si/shi, tu/tsu, zi/ji ... become one spelling.
@@ -28,9 +30,13 @@ from functools import lru_cache
 
 import jaconv
 
-ALL_KINDS = ("bi", "uni", "romaji", "tri")
-DEFAULT_SCHEME: tuple[str, ...] = ("bi", "romaji", "tri")
-TOKENIZER_VERSION = "ja1:" + "+".join(DEFAULT_SCHEME)
+from pipelines import glossary
+
+ALL_KINDS = ("bi", "uni", "romaji", "tri", "gloss")
+DEFAULT_SCHEME: tuple[str, ...] = ("bi", "romaji", "tri", "gloss")
+NO_GLOSSARY: tuple[str, ...] = tuple(k for k in DEFAULT_SCHEME if k != "gloss")
+# A change of scheme or of the glossary file re-tokenizes stored text (pipelines.search_index).
+TOKENIZER_VERSION = "ja1:" + "+".join(DEFAULT_SCHEME) + ":" + glossary.file_version()
 
 _CJK = r"\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff々〆ヶ"
 _RUN = re.compile(rf"[0-9a-z]+|[{_CJK}]+")
@@ -120,11 +126,34 @@ def _trigrams(word: str) -> list[str]:
     return [word[i : i + 3] for i in range(len(word) - 2)]
 
 
-def tokenize(text: str, scheme: tuple[str, ...] = DEFAULT_SCHEME) -> list[str]:
+def tokenize(text: str, scheme: tuple[str, ...] = DEFAULT_SCHEME, *, broader: bool = True) -> list[str]:
+    """The terms of a text. With "gloss": an English/romaji word the glossary reads as a concept
+    ("dry", "Hokkaido") gives only its g: term, not its romaji and trigrams, which would only match
+    unrelated readings ("hokkaido" shares "kai" with akai). `broader`: also the broader concepts a
+    concept implies (a label from 小樽 is also from 北海道); a query leaves them out (asking for 小樽
+    is not asking for 北海道)."""
     out: list[str] = []
-    for run in _RUN.findall(normalize(text)):
-        out.extend(_ascii_terms(run, scheme) if run.isascii() else _cjk_terms(run, scheme))
+    norm = normalize(text)
+    gloss = glossary.get() if "gloss" in scheme else None
+    matches = gloss.matches(norm) if gloss is not None else []
+    covered = [(m.start, m.end) for m in matches if m.surface.isascii()]
+    for run in _RUN.finditer(norm):
+        word = run.group()
+        if word.isascii():
+            if not any(a <= run.start() and run.end() <= b for a, b in covered):
+                out.extend(_ascii_terms(word, scheme))
+        else:
+            out.extend(_cjk_terms(word, scheme))
+    if gloss is not None:
+        for m in matches:
+            for c in m.concepts:
+                out.append(GLOSS_PREFIX + c)
+                if broader:
+                    out.extend(GLOSS_PREFIX + b for b in gloss.broader(c))
     return out
+
+
+GLOSS_PREFIX = "g:"
 
 
 def _ascii_terms(run: str, scheme: tuple[str, ...]) -> list[str]:

@@ -79,6 +79,11 @@ class SearchHit(BaseModel):
 class SearchResponse(Envelope):
     hits: list[SearchHit]
     next_page: int | None
+    not_found: list[str] = Field(
+        default_factory=list,
+        description="what the query names (a category, style, region or brand word of the glossary: 泡盛, "
+        "沖縄, sparkling ...) that no label passing the filters has; the hits are then the nearest alternatives",
+    )
     debug: dict
     run_id: str | None = None
     trace_id: str | None = None

@@ -111,15 +111,17 @@ def _last_resort(values: dict, deps: ChatDeps, reason: str) -> tuple[str, list[d
     s = deps.settings
     hits = list(values.get("hits") or [])
     draft, llm_used = values.get("draft") or "", bool(values.get("llm_used") and values.get("draft"))
+    not_found = list(values.get("not_found") or [])
     if not llm_used:
         intent = (values.get("intent") or {}).get("intent_type", "")
-        hits = hits_for_reply(intent, hits)
+        hits = hits_for_reply(intent, hits, limit=1 if not_found else 2)
         draft = grounded_reply(
             values.get("user_text") or "",
             hits,
             rag_status=values.get("rag_status") or "off",
             intent=intent,
             variant=int(values.get("turn_no") or 0),
+            not_found=not_found,
         )
     result = apply_persona(
         draft,

@@ -70,11 +70,27 @@ def format_context(hits: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def not_found_note(not_found: Sequence[str]) -> str:
+    words = "」「".join(_field(x) for x in not_found[:3])
+    return (
+        f"（ラベル帳には「{words}」に当たるラベルはありません。まず、それが見つからなかったと正直に伝えてください。"
+        "下の資料は代わりの候補です。紹介するなら、代わりの候補だとはっきり言ってください。）"
+    )
+
+
 def build_messages(
-    user_text: str, hits: list[dict], *, rag_status: str, history: Sequence[Mapping[str, Any]] | None = None
+    user_text: str,
+    hits: list[dict],
+    *,
+    rag_status: str,
+    history: Sequence[Mapping[str, Any]] | None = None,
+    not_found: Sequence[str] = (),
 ) -> list[dict]:
-    """rag_status: ok | no_hits | unavailable | off (what the context block says)."""
+    """rag_status: ok | no_hits | unavailable | off (what the context block says). `not_found`: what
+    the question names that no label has."""
     system = SYSTEM_PROMPT
+    if not_found and rag_status in ("ok", "no_hits"):
+        system += "\n\n" + not_found_note(not_found)
     if rag_status == "ok" and hits:
         system += f"\n\n{CONTEXT_GUARD}\n<context>\n{format_context(hits)}\n</context>"
     elif rag_status == "no_hits":

@@ -29,14 +29,15 @@ from pipelines.chat.llm import ChatLLM, LLMOutcome, build_messages
 from pipelines.chat.persona import apply_persona, split_sentences
 from pipelines.chat.sessions import SessionStore
 from pipelines.chat.state import ChatState
-from pipelines.chat.templates import classify_intent, grounded_reply, hits_for_reply
+from pipelines.chat.templates import classify_intent, ensure_not_found, grounded_reply, hits_for_reply
 from pipelines.search import QUERY_MAX_CHARS
 from yana.settings import Settings
 
 log = logging.getLogger("yana.chat")
 
-# (query_text, filters, k) -> hits. Blocking; the graph runs it in a thread with a deadline.
-Retriever = Callable[[str, dict, int], list[dict]]
+# (query_text, filters, k) -> hits, or THE search's result {hits, not_found}. Blocking; the graph
+# runs it in a thread with a deadline.
+Retriever = Callable[[str, dict, int], list[dict] | dict]
 
 HIT_FIELDS = ("id", "brand_name", "product_name", "brewery", "region", "label_features", "file_path")
 STEPS = ["session", "policy", "retrieve", "generate", "fallback", "persona", "respond"]
@@ -244,15 +245,20 @@ async def retrieve_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     except Exception as exc:  # noqa: BLE001 - any failure of the store or the search: answer without it
         log.warning("chat retrieval failed", extra={"error": exc.__class__.__name__})
         return unavailable("error", exc.__class__.__name__)
+    not_found: list[str] = []
+    if isinstance(raw, dict):  # THE search's result: the hits and what the question names that no label has
+        not_found = [str(x) for x in raw.get("not_found") or []]
+        raw = raw.get("hits")
     hits = _dedupe([public_hit(h) for h in (raw or [])])[:k]
     ids = [h["id"] for h in hits]
     return {
         "rag_status": "ok" if hits else "no_hits",
         "hits": hits,
+        "not_found": not_found,
         "tool": {
             **tool,
             "tool_status": "success",
-            "tool_output_summary": {"hit_count": len(hits), "ids": ids[:10]},
+            "tool_output_summary": {"hit_count": len(hits), "ids": ids[:10], "not_found": not_found},
             "tool_ref": "labels:" + ",".join(ids[:5]),
         },
         "plan": {**(state.get("plan") or {}), "next_action": "generate"},
@@ -297,11 +303,13 @@ async def generate_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
         timeout = _left(state) - s.chat_llm_margin_ms / 1000
 
     history = list(state.get("messages") or [])[:-1][-2 * s.chat_history_turns :] if s.chat_history_turns else []
+    not_found = list(state.get("not_found") or [])
     messages = build_messages(
         state.get("user_text") or "",
         state.get("hits") or [],
         rag_status=state.get("rag_status") or "off",
         history=history,
+        not_found=not_found,
     )
     outcome = await deps.llm.complete(messages, timeout)
     await _record_outcome(deps, state, permit, outcome, timeout)
@@ -311,6 +319,7 @@ async def generate_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
             delta["last_error"] = _error("generate", outcome.warning or "llm_error", f"status {outcome.status}")
         return delta
     text, warnings = _trim_reply(outcome.text, outcome.finish_reason, s.chat_max_reply_chars)
+    text = ensure_not_found(text, not_found)
     delta = {
         "draft": text,
         "draft_source": "llm",
@@ -372,7 +381,9 @@ async def fallback_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
     """The grounded template reply (no LLM, or the LLM failed / was empty)."""
     started = time.perf_counter()
     intent = (state.get("intent") or {}).get("intent_type", "")
-    used = hits_for_reply(intent, state.get("hits") or [])  # the template names at most two labels
+    not_found = list(state.get("not_found") or [])
+    # the template names at most two labels; one alternative when the asked thing is not there
+    used = hits_for_reply(intent, state.get("hits") or [], limit=1 if not_found else 2)
     text = grounded_reply(
         state.get("user_text") or "",
         used,
@@ -380,6 +391,7 @@ async def fallback_node(state: ChatState, runtime: Runtime[ChatDeps]) -> dict:
         intent=intent,
         variant=int(state.get("turn_no") or 0),
         topic=(state.get("context") or {}).get("topic") or "",
+        not_found=not_found,
     )
     return {
         "draft": text,

@@ -10,7 +10,7 @@ from pipelines.chat.llm import ChatLLM
 from pipelines.chat.nodes import ChatDeps
 from pipelines.chat.sessions import SessionStore
 from pipelines.chat.turnlog import TurnLog
-from pipelines.search import search
+from pipelines.search import search_or_alternatives
 from yana.clients import get_fast_redis
 from yana.settings import Settings, get_settings
 
@@ -18,10 +18,11 @@ _lock = threading.Lock()
 _cache: dict[int, tuple[Settings, ChatDeps]] = {}
 
 
-def search_retriever(query_text: str, filters: dict, k: int) -> list[dict]:
-    """THE search (pipelines/search.py)."""
-    result = search(query_text or None, filters or None, k=k, debug=False)
-    return list(result.get("hits") or [])
+def search_retriever(query_text: str, filters: dict, k: int) -> dict:
+    """THE search (pipelines/search.py): {hits, not_found}; the hits are alternatives from the nearest
+    category when the question names something no label has."""
+    result = search_or_alternatives(query_text or None, filters or None, k=k, debug=False)
+    return {"hits": list(result.get("hits") or []), "not_found": list(result.get("not_found") or [])}
 
 
 def llm_configured(s: Settings) -> bool:

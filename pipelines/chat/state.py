@@ -167,6 +167,7 @@ class ChatState(DSState, total=False):
     deadline: float  # time.monotonic() by which the reply must be ready
     turn_no: int
     hits: list[dict]  # what the reply is grounded on
+    not_found: list[str]  # what the question names that no label has (THE search's not_found)
     rag_status: Literal["off", "ok", "no_hits", "unavailable"]
     draft: str  # the reply before the persona policy
     draft_source: Literal["llm", "template"]

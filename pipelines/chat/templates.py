@@ -1,7 +1,8 @@
 """Grounded template replies in やな's voice (Kansai-flavoured, friendly) for when no LLM answers.
 
-Built only from the hits (銘柄/商品/蔵/地域/特徴) and honest about what is missing: nothing found, label
-book unavailable, or retrieval switched off. Never empty. At most 4 sentences, so the persona's
+Built only from the hits (銘柄/商品/蔵/地域/特徴) and honest about what is missing: nothing found, the
+asked thing not in the label book (泡盛, 大阪 ...: then the nearest hit is offered as an alternative,
+said to be one), label book unavailable, or retrieval switched off. Never empty. At most 4 sentences, so the persona's
 interjection still fits in 5. The phrasing varies by turn (deterministically) so a conversation does
 not repeat itself word for word.
 """
@@ -86,6 +87,56 @@ _CLOSE = [
 ]
 
 
+_NOT_FOUND = [
+    "ごめんな、{missing}のラベルは手元のラベル帳には見つからへんかったわ。",
+    "{missing}のラベルも探してみたけど、手元のラベル帳には見つからへんかったわ。",
+]
+_ALTERNATIVE = [
+    "代わりに近いのやと、{maker}の{name}があるで（{missing}とはちゃうけどな）。",
+    "{missing}やないけど、近いとこで{maker}の{name}はどうやろ。",
+]
+_ALTERNATIVE_NO_MAKER = [
+    "代わりに近いのやと、{name}があるで（{missing}とはちゃうけどな）。",
+    "{missing}やないけど、近いとこで{name}はどうやろ。",
+]
+_NOT_FOUND_CLOSE = "{missing}が入ったら、また教えるな。"
+_NOT_FOUND_NO_HITS = "銘柄の名前とか蔵、地域で聞いてくれたら、もう一回探してみるで。"
+
+
+def missing_words(not_found: list[str]) -> str:
+    """The asked things the label book lacks, as a reply names them (at most three)."""
+    return "・".join(_clean(x) for x in not_found[:3] if _clean(x))
+
+
+def not_found_sentence(not_found: list[str], variant: int = 0) -> str:
+    return _NOT_FOUND[abs(variant) % 2].format(missing=missing_words(not_found))
+
+
+def ensure_not_found(text: str, not_found: list[str]) -> str:
+    """A reply (the LLM's) that does not say which asked things are missing gets the sentence first."""
+    words = [_clean(x) for x in not_found[:3] if _clean(x)]
+    if not words or all(w in text for w in words):
+        return text
+    return not_found_sentence(words) + text
+
+
+def _not_found_reply(hits: list[dict], not_found: list[str], v: int) -> str:
+    missing = missing_words(not_found)
+    out = [not_found_sentence(not_found, v)]
+    if not hits:
+        out.append(_NOT_FOUND_NO_HITS)
+        return "".join(out)
+    top = hits[0]
+    maker = _maker(top)
+    alt = (_ALTERNATIVE if maker else _ALTERNATIVE_NO_MAKER)[v % 2]
+    out.append(alt.format(maker=maker, name=_name(top), missing=missing))
+    feats = _features(top)
+    if feats:
+        out.append(_FEATURE[v % 2].format(feats="「" + "」と「".join(feats) + "」"))
+    out.append(_NOT_FOUND_CLOSE.format(missing=missing))
+    return "".join(out)
+
+
 def grounded_reply(
     user_text: str,
     hits: list[dict],
@@ -94,10 +145,14 @@ def grounded_reply(
     intent: str = "",
     variant: int = 0,
     topic: str = "",
+    not_found: list[str] | None = None,
 ) -> str:
-    """The template reply. rag_status: ok | no_hits | unavailable | off."""
+    """The template reply. rag_status: ok | no_hits | unavailable | off. `not_found`: what the
+    question names that no label has (the reply says so first, and offers hits only as alternatives)."""
     intent = intent or classify_intent(user_text)[0]
     v = abs(variant)
+    if not_found and rag_status in ("ok", "no_hits") and intent not in ("greeting", "thanks"):
+        return _not_found_reply(hits, not_found, v)
     if hits:
         top = hits[0]
         maker = _maker(top)

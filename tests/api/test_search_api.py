@@ -106,6 +106,23 @@ def test_get_gives_the_same_as_post(world):
     assert all(h["region"] == world["region"] and h["category"] == "sake" for h in get["hits"])
 
 
+def test_english_feature_words_and_not_found_over_http(world):
+    c = world["client"]
+    flt = {"region": world["region"]}
+    body = c.post("/v1/search", json={"query_text": "dry Yamada Nishiki", "filters": flt, "k": 5}).json()
+    assert len(body["hits"]) == 5 and all("辛口" in h["label_features"] for h in body["hits"])
+    assert body["not_found"] == []
+    body = c.post("/v1/search", json={"query_text": "awamori", "filters": flt, "k": 3}).json()
+    assert body["not_found"] == ["泡盛"] and len(body["hits"]) == 3  # the nearest alternatives still come
+    got = c.get("/v1/search", params={"query_text": "泡盛", "region": world["region"], "k": 3}).json()
+    assert got["not_found"] == ["泡盛"]
+    chat = c.post("/v1/chat", json={"user_text": "泡盛ある？", "filters": flt, "top_k": 3})
+    assert chat.status_code == 200, chat.text
+    reply = chat.json()["reply"]
+    assert "泡盛" in reply and "見つからへん" in reply  # said, not a 辛口 sake presented as an answer
+    assert any(h["brand_name"] in reply for h in chat.json()["hits"])  # and the alternative, named
+
+
 def test_paging_over_http_covers_the_filter_once(world):
     c = world["client"]
     for query in ("純米吟醸 辛口", None):

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from pipelines import lexical
-from pipelines.tokenize_ja import normalize_romaji, romaji_of, tokenize
+from pipelines.tokenize_ja import NO_GLOSSARY, normalize_romaji, romaji_of, tokenize
 
 
 @pytest.fixture()
@@ -29,8 +29,10 @@ def test_brand_and_place_names_are_exact_terms():
 
 def test_romaji_and_english_spellings_meet_the_japanese_reading():
     # the query side (ASCII) and the document side (reading of the kanji) give the same terms
-    assert "r:dassai" in tokenize("獺祭") and "r:dassai" in tokenize("Dassai")
-    assert "r:otaru" in tokenize("小樽") and "r:otaru" in tokenize("OTARU")
+    # (romaji alone; with the glossary a word it knows gives its concept instead: g:獺祭 on both sides)
+    assert "r:dassai" in tokenize("獺祭") and "r:dassai" in tokenize("Dassai", NO_GLOSSARY)
+    assert "r:otaru" in tokenize("小樽") and "r:otaru" in tokenize("OTARU", NO_GLOSSARY)
+    assert "g:獺祭" in tokenize("獺祭") and tokenize("Dassai") == ["g:獺祭"]
     assert romaji_of("北海道") == normalize_romaji("Hokkaido") == normalize_romaji("hokkaidou")
     assert normalize_romaji("Niigata") == romaji_of("新潟")
     # a romaji typo still shares most trigrams with the right reading

@@ -367,3 +367,65 @@ def test_bm25_under_a_filter_scores_the_filtered_rows_as_without_it(corpus):
         part = idx.bm25(tokenize(query), mask)
         assert np.array_equal(part[mask], full[mask])
         assert not part[~mask].any()
+
+
+# ------------------------------------------------------------------ the glossary: English meets Japanese
+@pytest.mark.parametrize(
+    "query, feature",
+    [
+        ("dry", "辛口"),
+        ("fruity", "フルーティー"),
+        ("sparkling sake", "発泡"),
+        ("light and crisp", "淡麗"),
+        ("apples", "りんご"),
+    ],
+)
+def test_english_feature_words_find_the_japanese_feature_labels(corpus, query, feature):
+    n = sum(feature in lab.label_features for lab in corpus.labels)
+    k = min(5, n)
+    assert k >= 2, f"the corpus has too few {feature} labels for this test"
+    hits = corpus.search(query, k=k)["hits"]
+    assert [feature in h["label_features"] for h in hits] == [True] * k, (query, hits)
+    # the same search without the glossary's terms in the query does worse (same index, same run)
+    without = corpus.search(query, k=k, use_glossary=False)["hits"]
+    assert sum(feature in h["label_features"] for h in without) < k
+
+
+def test_english_place_names_find_the_region_and_its_prefecture(corpus):
+    hokkaido = {"小樽", "旭川", "函館"}
+    n = sum(lab.region in hokkaido for lab in corpus.labels)
+    assert n >= 2
+    hits = corpus.search("Hokkaido", k=n)["hits"]
+    assert all(h["region"] in hokkaido for h in hits)  # 小樽 labels carry 北海道 too (index time)
+    rice = corpus.search("Yamada-Nishiki rice", k=3)["hits"]  # romaji readings found it before too
+    assert all("山田錦" in h["label_features"] for h in rice)
+    otaru = sum(lab.region == "小樽" for lab in corpus.labels)
+    assert all(h["region"] == "小樽" for h in corpus.search("OTARU", k=otaru)["hits"])  # but not the other way
+
+
+def test_not_found_names_what_no_label_has(corpus):
+    res = corpus.search("泡盛ある？", k=3)
+    assert res["not_found"] == ["泡盛"] and len(res["hits"]) == 3  # the nearest alternatives still come
+    assert corpus.search("Do you have any awamori from Osaka?", k=3)["not_found"] == ["泡盛", "大阪"]
+    assert corpus.search("dry sake from Otaru", k=3)["not_found"] == []
+    assert corpus.search("sparkling juice", k=3)["not_found"] == []  # sparkling: 発泡 or 炭酸, either is there
+    assert corpus.search("辛口", k=3)["not_found"] == []
+    assert corpus.search(None, {"category": "juice"})["not_found"] == []
+    # within the filter: no juice is a 辛口 sake
+    assert corpus.search("dry", {"category": "juice"}, k=3)["not_found"] == ["辛口"]
+    region = next(lab.region for lab in corpus.labels if lab.category == "juice")
+    assert corpus.search(region, {"category": "juice"}, k=3)["not_found"] == []
+
+
+def test_alternatives_come_from_the_nearest_category(corpus):
+    kw = {"collection": corpus.name, "r": corpus.r, "chroma": corpus.chroma}
+    for question, category in (("Do you have any awamori?", "sake"), ("メロンジュースある？", "juice")):
+        res = search_mod.search_or_alternatives(question, k=4, **kw)
+        assert res["not_found"] and res["alternatives_from"] == {"category": category}
+        assert len(res["hits"]) == 4 and all(h["category"] == category for h in res["hits"])
+    # the caller's own category filter stands; a question with nothing missing is THE search as is
+    res = search_mod.search_or_alternatives("melon", {"category": "sake"}, k=2, **kw)
+    assert res["not_found"] == ["メロン"] and "alternatives_from" not in res
+    assert all(h["category"] == "sake" for h in res["hits"])
+    plain = corpus.search("dry", k=3)
+    assert search_mod.search_or_alternatives("dry", k=3, **kw)["hits"] == plain["hits"]

@@ -80,6 +80,30 @@ def test_no_hits_is_honest(make_deps):
     assert out.hits == [] and "見つからへん" in out.reply and out.warnings == []
 
 
+class NotFoundRetriever(FakeRetriever):
+    """Answers as THE search does: {hits, not_found}."""
+
+    def __call__(self, query, filters, k):
+        return {"hits": super().__call__(query, filters, k), "not_found": ["泡盛"]}
+
+
+def test_not_found_is_said_first_and_the_hit_offered_as_an_alternative(make_deps):
+    out = chat(make_deps(retrieve=NotFoundRetriever()), "泡盛ある？")
+    first = split_sentences(out.reply)[0]
+    assert "泡盛" in first and "見つからへん" in first
+    assert "北の誉" in out.reply and ("代わりに" in out.reply or "やないけど" in out.reply)
+    assert [h["id"] for h in out.hits] == ["label_1"]  # one alternative, named and cited
+    assert out.state["not_found"] == ["泡盛"]
+
+
+def test_not_found_reaches_the_llm_and_its_reply_is_made_honest(make_deps, stub):
+    stub.script(reply("北の誉の純米吟醸がおすすめやで。"))
+    out = chat(make_deps(stub, retrieve=NotFoundRetriever()), "泡盛ある？")
+    (req,) = stub.chat_requests()
+    assert "「泡盛」に当たるラベルはありません" in req.body["messages"][0]["content"]
+    assert out.llm == "on" and "泡盛" in split_sentences(out.reply)[0] and "北の誉" in out.reply
+
+
 def test_llm_reply_grounded_on_all_hits(make_deps, stub):
     stub.script(reply("ほな、北の誉の純米吟醸がええで。辛口でフルーティーなんよ。"))
     out = chat(make_deps(stub))
@@ -245,7 +269,7 @@ WRITES = {
         "hits",
         "trace",
     },
-    "retrieve_node": {"rag_status", "hits", "tool", "plan", "warnings", "last_error", "trace"},
+    "retrieve_node": {"rag_status", "hits", "not_found", "tool", "plan", "warnings", "last_error", "trace"},
     "generate_node": {"draft", "draft_source", "llm_used", "plan", "warnings", "last_error", "trace"},
     "fallback_node": {"draft", "draft_source", "hits", "plan", "trace"},
     "persona_node": {"response", "plan", "warnings", "trace"},

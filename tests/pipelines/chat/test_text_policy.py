@@ -168,6 +168,30 @@ def test_template_is_honest_without_hits():
         assert text and len(split_sentences(text)) <= 4 and "北の誉" not in text
 
 
+def test_template_says_what_the_label_book_lacks_then_offers_an_alternative_as_one():
+    for variant in range(4):
+        text = grounded_reply("泡盛ある？", HITS[:1], rag_status="ok", variant=variant, not_found=["泡盛"])
+        first = split_sentences(text)[0]
+        assert "泡盛" in first and "見つからへん" in first  # said first, before any label is named
+        assert "北の誉" in text and "北の誉" not in first
+        assert any(w in text for w in ("代わりに", "やないけど"))  # marked as an alternative
+        assert len(split_sentences(text)) <= 4
+    none = grounded_reply("泡盛ある？", [], rag_status="no_hits", not_found=["泡盛", "大阪"])
+    assert "泡盛・大阪" in none and "見つからへん" in none
+    greeting = grounded_reply("こんにちは", [], rag_status="ok", intent="greeting", not_found=["泡盛"])
+    assert "泡盛" not in greeting
+
+
+def test_an_llm_reply_that_does_not_say_it_gets_the_not_found_sentence():
+    from pipelines.chat.templates import ensure_not_found
+
+    said = "泡盛はラベル帳にないねん。代わりに北の誉はどうやろ。"
+    assert ensure_not_found(said, ["泡盛"]) == said
+    fixed = ensure_not_found("北の誉がおすすめやで。", ["泡盛"])
+    assert fixed.endswith("北の誉がおすすめやで。") and "泡盛" in split_sentences(fixed)[0]
+    assert ensure_not_found("北の誉がおすすめやで。", []) == "北の誉がおすすめやで。"
+
+
 def test_template_handles_sparse_hits():
     text = grounded_reply("何かある？", [{"id": "x", "brand_name": "", "product_name": "謎の一本"}], rag_status="ok")
     assert "謎の一本" in text and text.strip()
