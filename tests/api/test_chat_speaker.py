@@ -4,13 +4,13 @@ scripted server for the retry / RAG-off / failure paths."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from clients.speaker import FALLBACK_TEXT, SpeakerAHttpProvider
+from tests.http_stub import send_json, serve
 
 
 def test_generate_against_the_api(stack):
@@ -41,19 +41,9 @@ class Scripted:
                 outer.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 code, body, delay = outer.script.pop(0) if outer.script else (200, {"reply": "ok"}, 0)
                 time.sleep(delay)
-                data = json.dumps(body).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                send_json(self, code, body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self):

@@ -14,7 +14,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.http_stub import send_json, serve
 
 EXPLORE = """```python
 hits = extract(query, 10)
@@ -108,19 +110,9 @@ class ScriptedModel:
                     ],
                     "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
                 }
-                data = json.dumps(payload, ensure_ascii=False).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                send_json(self, 200, payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def close(self) -> None:
