@@ -1,11 +1,13 @@
-"""Per-process bootstrap: JSON logs and one compute thread per worker child.
+"""Per-process bootstrap: JSON logs, one compute thread per worker child, the model preloaded.
 
 Imported with the Celery app, so the API (which only sends tasks) pays for nothing here: torch
 is touched only inside worker processes."""
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 
 from celery import signals
 
@@ -46,7 +48,22 @@ def _worker_init(**_):
     pin_threads()
 
 
+def _preload_model() -> None:
+    from pipelines.embedding import get_embedder
+
+    try:
+        get_embedder()
+    except Exception:  # noqa: BLE001 - the first job loads it again and fails with a clear error
+        logging.getLogger("yana.worker").warning("embedding model preload failed", exc_info=True)
+
+
 @signals.worker_process_init.connect
 def _child_init(**_):
     pin_threads()
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
+    from yana.settings import get_settings
+
+    if get_settings().worker_preload_model:
+        # In a thread: this signal must return within worker_proc_alive_timeout (4 s) or the
+        # pool kills the child, and a model load can take longer on a busy machine.
+        threading.Thread(target=_preload_model, name="model-preload", daemon=True).start()

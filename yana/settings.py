@@ -165,6 +165,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = 0
     worker_max_tasks_per_child: int = 200
     worker_max_memory_per_child_kb: int = 2_000_000
+    # Each worker child loads the default embedding model in the background as it starts, so the
+    # first job does not wait seconds for it (nor starve its heartbeat). Off: load on first use.
+    worker_preload_model: bool = True
     prefer_wait_max_s: float = 60.0
 
     # --- webhooks ---------------------------------------------------------------------------
