@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = {
     "chat_deadline.py": ["--n", "1", "--budget-ms", "3000"],
     "chat_latency.py": ["--n", "5", "--llm-ms", "50", "--turns", "2,3"],
+    "chat_under_ingest.py": ["--quick"],
     "contract_overhead.py": ["--n", "50"],
     "crosslang_eval.py": ["--labels", "120", "--show", "1"],
     "ingest_rate.py": ["--n", "8", "--batch", "4", "--parallel", "1"],

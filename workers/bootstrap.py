@@ -43,9 +43,23 @@ def _setup_logging(**_):
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
 
 
+def lower_priority() -> None:
+    """Raise the worker main's niceness to WORKER_NICE before its pool forks (children inherit it)."""
+    from yana.settings import get_settings
+
+    want = get_settings().worker_nice
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, 0)
+        if want > now:
+            os.setpriority(os.PRIO_PROCESS, 0, want)
+    except OSError:  # not permitted here: run at the inherited priority
+        logging.getLogger("yana.worker").warning("cannot set worker niceness %s", want, exc_info=True)
+
+
 @signals.worker_init.connect
 def _worker_init(**_):
     pin_threads()
+    lower_priority()
 
 
 def _preload_model() -> None:

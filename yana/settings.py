@@ -168,6 +168,10 @@ class Settings(BaseSettings):
     # Each worker child loads the default embedding model in the background as it starts, so the
     # first job does not wait seconds for it (nor starve its heartbeat). Off: load on first use.
     worker_preload_model: bool = True
+    # Niceness of worker processes (0-19, inherited by their children): a bulk ingest takes the
+    # CPU the API leaves idle, not the CPU /v1/chat needs on the same host
+    # (bench/chat_under_ingest.py measures the difference).
+    worker_nice: int = Field(default=10, ge=0, le=19)
     prefer_wait_max_s: float = 60.0
 
     # --- webhooks ---------------------------------------------------------------------------
