@@ -37,6 +37,7 @@ class PassageVectors:
     present: np.ndarray  # bool per text: a vector is there
     hits: int  # found in the cache
     embedded: int  # computed by this call
+    cached: np.ndarray | None = None  # bool per text: found in the cache
 
 
 def embedder() -> Embedder:
@@ -61,6 +62,7 @@ def passage_vectors(texts: list[str], *, deadline: float | None = None, r=None) 
     r = _redis() if r is None else r
     keys = [text_key(emb.model_name, t) for t in texts]
     hits, r = _read(r, keys, out, present)
+    cached = present.copy()
     missing = [i for i in range(len(texts)) if not present[i]]
     first: dict[str, int] = {}  # identical texts are embedded once
     todo = [i for i in missing if first.setdefault(texts[i], i) == i]
@@ -71,7 +73,7 @@ def passage_vectors(texts: list[str], *, deadline: float | None = None, r=None) 
             out[i], present[i] = out[j], True
     if r is not None and texts:
         _count(r, hits, len(texts) - hits, embedded)
-    return PassageVectors(out, present, hits, embedded)
+    return PassageVectors(out, present, hits, embedded, cached)
 
 
 def _read(r, keys: list[str], out: np.ndarray, present: np.ndarray):
