@@ -52,12 +52,15 @@ def _warm_cache(stack, docs: list[dict], max_chunk_chars: int) -> None:
 
     use_stack_stores(stack)
     from bench.retrieve_eval import FileVectors
+    from pipelines.embed_cache import store_vectors
     from pipelines.retrieve import rank, vectors
+    from yana.settings import get_settings
 
     texts = rank.vector_texts([d["text"] for d in docs], max_chunk_chars)  # chunks and neighbour pairs
     fv = FileVectors(vectors.embedder().model_name)  # embeds (and keeps) what bench/.cache lacks
     r = clients.get_redis()
-    vectors._store(r, [vectors.text_key(fv.emb.model_name, t) for t in texts], fv.get("p", texts))
+    keys = [vectors.text_key(fv.emb.model_name, t) for t in texts]
+    store_vectors(r, keys, fv.get("p", texts), get_settings().retrieve_cache_ttl_s)
 
 
 def main() -> None:
