@@ -15,7 +15,10 @@ scripted test model (tests/pipelines/rlm_stub.py: a real OpenAI-compatible serve
 writes good code, bad code, code that never finishes or a fabricated passage, one behaviour per
 question): hit@1/hit@3/MRR of the extractor vs the loop, fabricated spans returned (must be 0),
 questions where the loop lost a top-3 hit the extractor had (must be 0), paths and fallbacks.
-Exit status 1 when either bar fails.
+Each set's construction rules are checked and printed (content-word overlap of a question with its
+answer paragraph <= 0.50 by the set's check.py, BM25-only hit@3 <= 0.75), and the extractor's bar
+(hit@3 >= the best of BM25-only and dense-only + 5 points) per half. Exit status 1 when a rule, the
+bar (whole set) or an LLM bar fails; on --quick only the LLM bars count (the subset is not the set).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from pipelines.retrieve import rank as R  # noqa: E402
 SETS = Path(__file__).resolve().parent / "evalsets" / "retrieve"
 CACHE = Path(__file__).resolve().parent / ".cache"
 METHODS = ("extractor", "bm25", "dense")
+OVERLAP_MAX = 0.5  # the sets' rules (issue 9): questions paraphrase their answer paragraph ...
+BM25_HIT3_MAX = 0.75  # ... and BM25 alone does not find most answers
+BAR_MARGIN = 0.05  # the extractor's bar: the best single baseline + 5 points hit@3
 
 
 class FileVectors:
@@ -88,9 +94,8 @@ def _qnum(qid: str) -> int:
 def evaluate(corpus: list[dict], questions: list[dict], vec: FileVectors, max_chunk_chars: int = 800) -> dict:
     texts = [c["text"] for c in corpus]
     ids = [c["id"] for c in corpus]
-    # Pre-embed every chunk once so the timings below are the ranking's, not the model's.
-    chunk_texts = [c.text for c in R.chunk_all(texts, max_chunk_chars)]
-    vec.get("p", chunk_texts)
+    # Pre-embed every chunk (and neighbour pair) once so the timings below are the ranking's, not the model's.
+    vec.get("p", R.vector_texts(texts, max_chunk_chars))
     qvecs = vec.get("q", [q["question"] for q in questions])
 
     def chunk_vectors(ts: list[str]):
@@ -118,6 +123,58 @@ def evaluate(corpus: list[dict], questions: list[dict], vec: FileVectors, max_ch
     return {"per": per, "elapsed": elapsed}
 
 
+def halves(rows: list[tuple[str, int | None]]) -> dict[str, list[tuple[str, int | None]]]:
+    """The fixed split: odd question ids are the development half, even ids the check half."""
+    return {
+        "dev": [r for r in rows if _qnum(r[0]) % 2 == 1],
+        "check": [r for r in rows if _qnum(r[0]) % 2 == 0],
+        "all": rows,
+    }
+
+
+def construction_rules(set_dir: Path, corpus: list[dict], questions: list[dict], bm25_hit3: float) -> bool:
+    """The set's own rules, printed: questions paraphrase (at most OVERLAP_MAX of a question's content
+    words, as the set's check.py defines them, in its answer paragraphs) and BM25-only hit@3 (the
+    row above: this repository's tokenizer) at most BM25_HIT3_MAX. True when one is broken."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"evalset_check_{set_dir.name}", set_dir / "check.py")
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    text = {c["id"]: c["text"] for c in corpus}
+    shares = []
+    for q in questions:
+        qw = set(check.content_words(q["question"]))
+        aw = set().union(*(set(check.content_words(text[a])) for a in q["answer_ids"]))
+        shares.append(len(qw & aw) / len(qw) if qw else 0.0)
+    over = sum(1 for x in shares if x > OVERLAP_MAX)
+    bad_overlap, bad_bm25 = over > 0, bm25_hit3 > BM25_HIT3_MAX
+    print(
+        f"construction rules: content-word overlap question->answer max {max(shares, default=0):.2f}"
+        f" mean {sum(shares) / max(1, len(shares)):.2f}, {over} over {OVERLAP_MAX:.2f}"
+        f" ({'FAIL' if bad_overlap else 'ok'}); BM25-only hit@3 {bm25_hit3:.3f}"
+        f" (<= {BM25_HIT3_MAX:.2f}: {'FAIL' if bad_bm25 else 'ok'})"
+    )
+    return bad_overlap or bad_bm25
+
+
+def quality_bar(table: dict[str, dict[str, dict]]) -> bool:
+    """Extractor hit@3 >= the best single baseline's + BAR_MARGIN, per half; True when the whole set misses."""
+    missed = False
+    for half in ("dev", "check", "all"):
+        ext = table["extractor"][half]["hit@3"]
+        best_m = max(("bm25", "dense"), key=lambda m: table[m][half]["hit@3"])
+        best = table[best_m][half]["hit@3"]
+        ok = ext >= best + BAR_MARGIN - 1e-9
+        missed |= half == "all" and not ok
+        print(
+            f"bar {half:<5}: extractor hit@3 {ext:.3f} vs best baseline ({best_m}) {best:.3f}"
+            f" {ext - best:+.3f} (>= +{BAR_MARGIN:.2f}: {'ok' if ok else 'MISSED'})"
+        )
+    return missed
+
+
 def metrics(rows: list[tuple[str, int | None]]) -> dict:
     n = len(rows) or 1
     return {
@@ -140,26 +197,29 @@ def main() -> None:
         p.name for p in SETS.iterdir() if (p / "corpus.jsonl").exists() and (p / "questions.jsonl").exists()
     )
     vec = FileVectors(args.model or os.environ.get("RETRIEVE_EMBED_MODEL"))
-    print(f"model {vec.emb.model_name}; RRF_K={R.RRF_K} cross={R.CROSS_WEIGHT} neighbour={R.NEIGHBOUR_WEIGHT}")
+    print(
+        f"model {vec.emb.model_name}; RRF_K={R.RRF_K} lexical={R.LEX_WEIGHT} dense={R.DENSE_WEIGHT}"
+        f" cross={R.CROSS_WEIGHT} neighbour={R.NEIGHBOUR_WEIGHT} context_self={R.CONTEXT_SELF_WEIGHT}"
+    )
     for name in names:
         corpus, questions = load_set(SETS / name, args.quick)
         out = evaluate(corpus, questions, vec)
         print(f"\n== {name}: {len(corpus)} documents, {len(questions)} questions")
         print(f"{'method':<10} {'half':<6} {'n':>4} {'hit@1':>7} {'hit@3':>7} {'MRR':>7} {'ms/query':>9}")
+        table: dict[str, dict[str, dict]] = {}
         for m in METHODS:
             rows = out["per"][m]
-            halves = {
-                "dev": [r for r in rows if _qnum(r[0]) % 2 == 1],
-                "check": [r for r in rows if _qnum(r[0]) % 2 == 0],
-                "all": rows,
-            }
             ms = 1000 * out["elapsed"][m] / max(1, len(rows))
-            for half, sub in halves.items():
-                k = metrics(sub)
+            table[m] = {half: metrics(sub) for half, sub in halves(rows).items()}
+            for half, k in table[m].items():
                 print(
                     f"{m:<10} {half:<6} {k['n']:>4} {k['hit@1']:>7.3f} {k['hit@3']:>7.3f} {k['mrr']:>7.3f}"
                     f" {ms if half == 'all' else float('nan'):>9.1f}"
                 )
+        if args.quick:
+            print("(--quick: a subset; the rules and the bar below are for the whole set: shown, not enforced)")
+        failed |= construction_rules(SETS / name, corpus, questions, table["bm25"]["all"]["hit@3"]) and not args.quick
+        failed |= quality_bar(table) and not args.quick
         if args.llm:
             failed |= llm_section(corpus, questions, vec)
     if failed:

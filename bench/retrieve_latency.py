@@ -52,12 +52,15 @@ def _warm_cache(stack, docs: list[dict], max_chunk_chars: int) -> None:
 
     use_stack_stores(stack)
     from bench.retrieve_eval import FileVectors
+    from pipelines.embed_cache import store_vectors
     from pipelines.retrieve import rank, vectors
+    from yana.settings import get_settings
 
-    texts = [c.text for c in rank.chunk_all([d["text"] for d in docs], max_chunk_chars)]
+    texts = rank.vector_texts([d["text"] for d in docs], max_chunk_chars)  # chunks and neighbour pairs
     fv = FileVectors(vectors.embedder().model_name)  # embeds (and keeps) what bench/.cache lacks
     r = clients.get_redis()
-    vectors._store(r, [vectors.text_key(fv.emb.model_name, t) for t in texts], fv.get("p", texts))
+    keys = [vectors.text_key(fv.emb.model_name, t) for t in texts]
+    store_vectors(r, keys, fv.get("p", texts), get_settings().retrieve_cache_ttl_s)
 
 
 def main() -> None:
@@ -88,7 +91,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     api.get("/v1/health")
                     health.append(1000 * (time.perf_counter() - t0))
-                warm, hits, chunks = [], 0, 0
+                warm, hits, chunks, ctx_hits, ctx = [], 0, 0, 0, 0
                 for i in range(args.warm):
                     t0 = time.perf_counter()
                     r = api.post("/v1/retrieve", json={"query": questions[i % len(questions)], "documents": docs})
@@ -97,7 +100,9 @@ def main() -> None:
                     assert r.status_code == 200, body
                     hits += body["stats"].get("cache_hits", 0)
                     chunks += body["stats"].get("chunks", 0)
-                cold, lexical_only = [], []
+                    ctx_hits += body["stats"].get("context_hits", 0)
+                    ctx += body["stats"].get("context_vectors", 0)
+                cold, lexical_only, no_context = [], [], []
                 for i in range(args.cold):
                     tag = uuid.uuid4().hex[:8]
                     fresh = [{**d, "text": d["text"] + f" ({tag})"} for d in docs]
@@ -105,7 +110,9 @@ def main() -> None:
                     t0 = time.perf_counter()
                     r = api.post("/v1/retrieve", json={"query": questions[i], "documents": fresh, "options": opts})
                     cold.append(1000 * (time.perf_counter() - t0))
-                    lexical_only.append(any("lexically only" in w for w in r.json().get("warnings", [])))
+                    warns = r.json().get("warnings", [])
+                    lexical_only.append(any("lexically only" in w for w in warns))
+                    no_context.append(any("without their context" in w for w in warns))
         finally:
             stack.stop()
     load = os.getloadavg()
@@ -114,9 +121,13 @@ def main() -> None:
     for name, v in (("GET /v1/health (floor)", health), ("retrieve warm", warm), ("retrieve cold", cold)):
         if v:
             print(f"{name:<28} {len(v):>4} {pct(v, 50):>9.1f} {pct(v, 99):>9.1f} {statistics.fmean(v):>9.1f}")
-    print(f"warm cache hit ratio {hits / max(1, chunks):.3f} ({hits}/{chunks} chunks)")
     print(
-        f"cold budget {args.cold_timeout_ms} ms; lexical-only remainder in {sum(lexical_only)}/{len(cold)} cold requests"
+        f"warm cache hit ratio {(hits + ctx_hits) / max(1, chunks + ctx):.3f}"
+        f" ({hits}/{chunks} chunk vectors, {ctx_hits}/{ctx} neighbour-pair vectors)"
+    )
+    print(
+        f"cold budget {args.cold_timeout_ms} ms; lexical-only remainder in {sum(lexical_only)}/{len(cold)} cold requests,"
+        f" context missing in {sum(no_context)}/{len(cold)}"
     )
 
 

@@ -2,7 +2,9 @@
 
 Identical label texts (the same product uploaded again, a re-ingest) and repeated queries are
 embedded once: ``embed_cached`` reads all keys with one MGET, embeds only the misses, writes them
-with a TTL in one pipeline, and counts hits and misses in ``yana:embcache:stats``. The kind is part
+with a TTL in one pipeline, and counts hits and misses in ``yana:embcache:stats``.
+``embed_cached_until`` is the same under a time budget (the inline retrieve's cold requests: what is
+not embedded in time comes back marked absent). The kind is part
 of the key because e5 embeds a query and a passage of the same text differently. Vectors are stored
 as base64 of float32 bytes (the shared client decodes responses to str). Redis being down never
 fails an embedding: the texts are embedded without the cache.
@@ -13,6 +15,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import math
+import time
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -44,52 +49,121 @@ def decode_vector(raw: str, dim: int) -> np.ndarray | None:
     return v if v.shape == (dim,) else None
 
 
+@dataclass
+class CachedVectors:
+    vectors: np.ndarray  # n x dim; the rows of texts not embedded in time are zero
+    present: np.ndarray  # bool per text: a vector is there
+    cached: np.ndarray  # bool per text: read from the cache
+    embedded: int  # distinct texts embedded by this call
+
+
 def embed_cached(texts: list[str], kind: Kind, model: str | None = None, r=None) -> np.ndarray:
     """n x dim float32 L2-normalised vectors of `texts` by `model` (default: the resolved default),
     from the Redis cache where present."""
+    return embed_cached_until(texts, kind, model, r).vectors
+
+
+def embed_cached_until(
+    texts: list[str],
+    kind: Kind,
+    model: str | None = None,
+    r=None,
+    *,
+    deadline: float | None = None,
+    ttl: int | None = None,
+    stats_key: str = STATS_KEY,
+) -> CachedVectors:
+    """`embed_cached` under a time budget: the misses are embedded while time.monotonic() stays under
+    `deadline` (None: all of them, in one call), batch by batch, each batch written to the cache as it
+    is done (a later request or a follow-up job finds the work). Identical texts are embedded once.
+    `ttl` defaults to EMBED_CACHE_TTL_S; 0 means no cache."""
     if kind not in ("query", "passage"):
         raise ValueError(f"kind must be 'query' or 'passage', not {kind!r}")
+    if deadline is not None and math.isinf(deadline):
+        deadline = None
     emb = get_embedder(model)
-    embed = emb.embed_queries if kind == "query" else emb.embed_passages
     texts = list(texts)
-    ttl = get_settings().embed_cache_ttl_s
-    if not texts or ttl <= 0:
-        return embed(texts)
-    if r is None:
+    ttl = get_settings().embed_cache_ttl_s if ttl is None else ttl
+    out = np.zeros((len(texts), emb.dim), dtype=np.float32)
+    present = np.zeros(len(texts), dtype=bool)
+    keys = [cache_key(emb.model_name, kind, t) for t in texts]
+    if ttl <= 0 or not texts:
+        r = None
+    elif r is None:
         from yana.clients import get_redis
 
         r = get_redis()
-    keys = [cache_key(emb.model_name, kind, t) for t in texts]
-    out = np.zeros((len(texts), emb.dim), dtype=np.float32)
+    r = _read(r, keys, out, present)
+    cached = present.copy()
+    rows: dict[str, list[int]] = {}  # text -> rows (a batch may repeat a text)
+    for i in np.flatnonzero(~present):
+        rows.setdefault(texts[i], []).append(int(i))
+    embedded = _embed_until(emb, kind, list(rows), rows, keys, out, present, deadline, r, ttl)
+    if r is not None:
+        hits = int(cached.sum())
+        try:
+            pipe = r.pipeline(transaction=False)
+            pipe.hincrby(stats_key, "hits", hits)
+            pipe.hincrby(stats_key, "misses", len(texts) - hits)
+            pipe.hincrby(stats_key, "embedded", embedded)
+            pipe.execute()
+        except Exception:  # noqa: BLE001 - statistics only
+            log.debug("embedding cache statistics not counted", exc_info=True)
+    return CachedVectors(out, present, cached, embedded)
+
+
+def _read(r, keys: list[str], out: np.ndarray, present: np.ndarray):
+    """Fill `out`/`present` from the cache; the client back, or None when Redis cannot be read."""
+    if r is None or not keys:
+        return r
     try:
-        cached = r.mget(keys)
-    except Exception:  # Redis down or slow: embed everything, do not fail the caller
+        raws = r.mget(keys)
+    except Exception:  # noqa: BLE001 - Redis down or slow: embed everything, do not fail the caller
         log.warning("embedding cache unavailable", exc_info=True)
-        return embed(texts)
-    missing: dict[str, list[int]] = {}  # text -> rows (a batch may repeat a text)
-    for i, raw in enumerate(cached):
-        v = decode_vector(raw, emb.dim) if raw else None
-        if v is None:
-            missing.setdefault(texts[i], []).append(i)
-        else:
-            out[i] = v
-    if missing:
-        todo = list(missing)
-        vecs = embed(todo)
-        for t, v in zip(todo, vecs, strict=True):
-            out[missing[t]] = v
-    hits = len(texts) - sum(len(rows) for rows in missing.values())
+        return None
+    for i, raw in enumerate(raws):
+        v = decode_vector(raw, out.shape[1]) if raw else None
+        if v is not None:
+            out[i], present[i] = v, True
+    return r
+
+
+def _embed_until(emb, kind, todo, rows, keys, out, present, deadline, r, ttl) -> int:
+    """Embed the distinct texts `todo`; with a deadline in batches, a batch starting only if it should
+    end in time (a first batch of 4 measures the speed). Returns how many were embedded."""
+    embed = emb.embed_queries if kind == "query" else emb.embed_passages
+    batch = max(1, get_settings().embed_batch_size)
+    per_text_s = 0.0
+    pos = 0
+    while pos < len(todo):
+        n = len(todo)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            n = min(batch, int(left / per_text_s)) if per_text_s > 0 else (4 if left > 0 else 0)
+            if n <= 0:
+                break
+        part = todo[pos : pos + n]
+        t0 = time.monotonic()
+        vecs = np.asarray(embed(part), dtype=np.float32)
+        per_text_s = (time.monotonic() - t0) / len(part)
+        for t, v in zip(part, vecs, strict=True):
+            out[rows[t]] = v
+            present[rows[t]] = True
+        pos += len(part)
+        if r is not None:
+            store_vectors(r, [keys[rows[t][0]] for t in part], vecs, ttl)
+    return pos
+
+
+def store_vectors(r, keys: list[str], vecs: np.ndarray, ttl: int) -> None:
+    """Write vectors under their cache keys with a TTL (one pipeline); Redis trouble is logged."""
     try:
         pipe = r.pipeline(transaction=False)
-        if missing:
-            for t, v in zip(todo, vecs, strict=True):
-                pipe.set(cache_key(emb.model_name, kind, t), encode_vector(v), ex=ttl)
-        pipe.hincrby(STATS_KEY, "hits", hits)
-        pipe.hincrby(STATS_KEY, "misses", len(texts) - hits)
+        for k, v in zip(keys, vecs, strict=True):
+            pipe.set(k, encode_vector(v), ex=ttl)
         pipe.execute()
-    except Exception:
+    except Exception:  # noqa: BLE001 - a cache that cannot be written is no cache, not a failure
         log.warning("cannot write the embedding cache", exc_info=True)
-    return out
 
 
 def cache_stats(r=None) -> dict[str, int]:

@@ -38,7 +38,7 @@ class Outcome:
     results: list[dict]
     warnings: list[str]
     path: str
-    lexical_only_texts: list[str] = field(default_factory=list)  # chunks left to embed
+    lexical_only_texts: list[str] = field(default_factory=list)  # chunk and context texts left to embed
     stats: dict = field(default_factory=dict)
 
 
@@ -71,9 +71,11 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
     # Embedding stops early enough to leave time for ranking and the answer within the budget.
     embed_deadline = deadline - min(1.0, 0.1 * max(0.0, deadline - t0))
 
-    def chunk_vectors(chunk_texts: list[str]):
-        pv = passage_vectors(chunk_texts, deadline=embed_deadline)
-        stats.update(cache_hits=pv.hits, embedded=pv.embedded, chunks=len(chunk_texts))
+    got: list = []
+
+    def chunk_vectors(vector_texts: list[str]):  # the chunks, then their neighbour pairs (rank.py)
+        pv = passage_vectors(vector_texts, deadline=embed_deadline)
+        got.append(pv)
         return pv.vectors, pv.present
 
     ranking = R.rank(
@@ -84,12 +86,29 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
         query_vector=qv,
         windows=options.top_k + 32,  # passages only for what can be returned (margin: ties by doc_id)
     )
+    n = len(ranking.chunks)
+    if got:
+        pv = got[0]
+        own_hits = int(pv.cached[:n].sum()) if pv.cached is not None else pv.hits
+        stats.update(
+            cache_hits=own_hits,
+            embedded=pv.embedded,
+            chunks=n,
+            context_vectors=len(pv.present) - n,
+            context_hits=pv.hits - own_hits,
+        )
     left = [ranking.chunks[i].text for i in ranking.lexical_only]
     if left:
         warnings.append(
-            f"{len(left)} of {len(ranking.chunks)} chunks were not embedded within the time budget"
+            f"{len(left)} of {n} chunks were not embedded within the time budget"
             " and were ranked lexically only; they are being embedded for the next request"
         )
+    if ranking.context_missing:
+        warnings.append(
+            f"{len(ranking.context_missing)} neighbouring-context vectors were not embedded within the time"
+            " budget; those chunks were ranked without their context; they are being embedded for the next request"
+        )
+    left += ranking.context_missing
     ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))
     results = []
     for r in ordered:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -59,3 +60,17 @@ def test_cache_down_still_embeds(monkeypatch):
     dead = redis.Redis(host="127.0.0.1", port=9, socket_connect_timeout=0.5, socket_timeout=0.5)
     v = embed_cache.embed_cached(["酒"], "passage", model=MODEL, r=dead)
     assert v.shape == (1, 384) and np.isclose(np.linalg.norm(v[0]), 1, atol=1e-5)
+
+
+def test_a_deadline_embeds_what_fits_and_the_rest_later(redis_client):
+    nonce = np.random.default_rng().integers(1 << 60)
+    texts = [f"期限の試験 {nonce} その{i}" for i in range(3)]
+    # Past the deadline: nothing is embedded; absent rows are zero and marked absent.
+    late = embed_cache.embed_cached_until(texts, "passage", MODEL, redis_client, deadline=time.monotonic() - 1)
+    assert late.embedded == 0 and not late.present.any() and not late.vectors.any()
+    # One text cached, the others embedded with time to spare, and written for the next call.
+    embed_cache.embed_cached(texts[:1], "passage", model=MODEL, r=redis_client)
+    got = embed_cache.embed_cached_until(texts, "passage", MODEL, redis_client, deadline=time.monotonic() + 60)
+    assert got.present.all() and got.cached.tolist() == [True, False, False] and got.embedded == 2
+    again = embed_cache.embed_cached_until(texts, "passage", MODEL, redis_client, deadline=time.monotonic() + 60)
+    assert again.cached.all() and again.embedded == 0 and np.array_equal(again.vectors, got.vectors)

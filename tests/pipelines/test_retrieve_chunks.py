@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from pipelines.retrieve import rank as R
 from pipelines.retrieve.chunks import byte_span, chunk_document, sentences
 
@@ -49,3 +51,51 @@ def test_lexical_rank_is_deterministic_and_finds_the_document():
     assert best.doc_index == 2 and 0 < best.score <= 1
     ja = R.rank("小樽の酒蔵", texts, max_chunk_chars=800)
     assert max(ja.ranked, key=lambda r: r.score).doc_index == 1
+
+
+def test_neighbour_pairs_are_within_a_document_or_across_single_chunk_documents():
+    paragraphs = ["The tide rises twice a day.", "The moon pulls the sea.", "Bread riots spread fast."]
+    texts = R.vector_texts(paragraphs, 800)
+    # One chunk per document: documents next to each other in request order are neighbours.
+    assert texts == [*paragraphs, paragraphs[0] + "\n" + paragraphs[1], paragraphs[1] + "\n" + paragraphs[2]]
+    # Several chunks in a document: only its own chunks pair up, as exact slices of its text.
+    docs = [EN, "Bread riots spread through the city when flour prices doubled."]
+    chunks = R.chunk_all(docs, 40)
+    pairs = R.neighbour_pairs(chunks, len(docs))
+    assert pairs and all(chunks[i].doc_index == chunks[j].doc_index for i, j in pairs)
+    assert len(pairs) == len(chunks) - len(docs)  # every adjacent pair but the one across the documents
+    for i, j in pairs:
+        doc = docs[chunks[i].doc_index]
+        assert R.pair_text(docs, chunks[i], chunks[j]) == doc[chunks[i].start : chunks[j].end]
+
+
+def test_missing_context_vectors_fall_back_to_the_chunks_own():
+    from pipelines.embedding import get_embedder
+
+    emb = get_embedder(None)
+    paragraphs = [
+        "Sourdough needs a starter of flour and water.",
+        "It rises slowly overnight in a cool kitchen.",
+        "The tide rises twice a day.",
+        "The moon's pull makes the sea bulge.",
+    ]
+    query = "why does the sea rise and fall"
+    qv = emb.embed_queries([query])[0]
+    n = len(paragraphs)
+
+    def all_vectors(texts):
+        return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
+
+    def chunks_only(texts):
+        vecs, present = all_vectors(texts)
+        present[n:] = False
+        return vecs, present
+
+    full = R.rank(query, paragraphs, max_chunk_chars=800, chunk_vectors=all_vectors, query_vector=qv)
+    assert not full.context_missing and not full.lexical_only
+    part = R.rank(query, paragraphs, max_chunk_chars=800, chunk_vectors=chunks_only, query_vector=qv)
+    assert part.context_missing == R.vector_texts(paragraphs, 800)[n:] and not part.lexical_only
+    for ranking in (full, part):  # with or without context: every document, a tide paragraph first
+        assert {r.doc_index for r in ranking.ranked} == set(range(n))
+        assert max(ranking.ranked, key=lambda r: r.score).doc_index in (2, 3)
+        assert all(0 <= r.score <= 1 for r in ranking.ranked)

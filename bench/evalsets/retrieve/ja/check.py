@@ -31,6 +31,9 @@ def content_lemmas(text):
         out.append(lemma)
     return out
 
+# The name bench/retrieve_eval.py uses to check this set's overlap rule.
+content_words = content_lemmas
+
 def bigrams(text):
     t = "".join(unicodedata.normalize("NFKC", text).split())
     return [t[i:i + 2] for i in range(len(t) - 1)] or [t]
