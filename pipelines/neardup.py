@@ -33,9 +33,9 @@ from pipelines import imaging
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
 # the hard negatives (same design, other text), so the image only has to be the same picture
-# (aligned: residual <= 0.8, worst block 1 - correlation <= 0.9), not pass the block test made
-# for telling text apart.
-FIELDS_AGREE_MAX_SCORE = 5.0
+# (aligned: residual <= 0.8; no block limit at 4 x the block threshold), not pass the block test
+# made for telling text apart.
+FIELDS_AGREE_MAX_SCORE = 4.0
 
 
 def normalise(value) -> str:
