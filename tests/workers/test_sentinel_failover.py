@@ -33,6 +33,8 @@ def test_jobs_accepted_before_a_master_kill_all_finish(ha):
     assert run.unfinished_at_kill >= 1, "the master died with no job in flight: nothing was tested"
     assert not run.missing, f"accepted jobs lost with the master: {run.missing}"
     assert not run.not_succeeded, f"accepted jobs that did not succeed: {run.not_succeeded}"
-    assert run.at_kill_done_s <= BAR_S, f"jobs accepted before the kill finished {run.at_kill_done_s:.1f}s after promotion"
+    assert run.at_kill_done_s <= BAR_S, (
+        f"jobs accepted before the kill finished {run.at_kill_done_s:.1f}s after promotion"
+    )
     # The old master came back as a replica: accepting (which waits for it) works again.
     assert run.accepting_s <= 60, f"no job accepted until {run.accepting_s:.1f}s after the kill"
