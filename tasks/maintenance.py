@@ -9,10 +9,13 @@ worker package imports nothing from tasks/."""
 from __future__ import annotations
 
 import logging
+import json
 import os
 import re
 import socket
 import threading
+import time
+from datetime import datetime
 
 from celery import signals
 
@@ -76,11 +79,15 @@ JOB_ID_IN_MESSAGE = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 LOST_SCAN_LOCK = "yana:jobs:lost-scan"
 
 
-def broker_mentions(r, job_ids: set[str], max_messages: int) -> set[str] | None:
-    """Of these job ids, those that a broker message names: waiting in a queue, or taken by a
-    worker and not yet acknowledged (an ETA retry waits there too). None when the broker holds
-    more than max_messages (a backlog: not read now; its jobs are waiting anyway)."""
-    lists, unacked = broker_message_keys()
+def broker_mentions(r, job_ids: set[str], max_messages: int, stale_before: float) -> set[str] | None:
+    """Of these job ids, those that a live broker message names: waiting in a queue, or taken by
+    a worker (kombu's unacked hash) at or after `stale_before` (a time), or taken earlier with an
+    ETA after it (a retry waiting out its countdown). A message taken earlier and still not
+    acknowledged while its job is queued is not live: its job would be running by now, unless the
+    connection of the worker that took it died with the Redis master, and kombu hands such a
+    message back only after the visibility timeout (hours). None when the broker holds more than
+    max_messages (a backlog: not read now; its jobs are waiting anyway)."""
+    lists, unacked, unacked_index = broker_message_keys()
     with r.pipeline(transaction=False) as p:
         for key in lists:
             p.llen(key)
@@ -91,21 +98,35 @@ def broker_mentions(r, job_ids: set[str], max_messages: int) -> set[str] | None:
     with r.pipeline(transaction=True) as p:
         for key in lists:
             p.lrange(key, 0, -1)
-        p.hvals(unacked)
-        rows = p.execute()
+        p.hgetall(unacked)
+        p.zrange(unacked_index, 0, -1, withscores=True)
+        *waiting, taken, taken_at = p.execute()
+    live = [raw for messages in waiting for raw in messages]
+    when = dict(taken_at)
+    for tag, raw in taken.items():
+        if when.get(tag, 0.0) >= stale_before or _eta(raw) >= stale_before:
+            live.append(raw)
     named: set[str] = set()
-    for messages in rows:
-        for raw in messages:  # the job id is in the headers' kwargsrepr as plain text
-            named.update(JOB_ID_IN_MESSAGE.findall(raw))
+    for raw in live:  # the job id is in the headers' kwargsrepr as plain text
+        named.update(JOB_ID_IN_MESSAGE.findall(raw))
     return named & job_ids
 
 
+def _eta(unacked_entry: str) -> float:
+    """The ETA of an unacked entry ([message, exchange, routing key]) as a time; 0 if none."""
+    try:
+        eta = json.loads(unacked_entry)[0]["headers"].get("eta")
+        return datetime.fromisoformat(eta).timestamp() if eta else 0.0
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return 0.0
+
+
 def resend_lost_once() -> int:
-    """Send again the message of a queued job that no broker message names after
-    LOST_MESSAGE_AFTER_S: it was lost with a Redis master that died before replicating it (a
-    Sentinel failover), or sent by a process that died before its write reached Redis. A second
-    message for a job is harmless (the task base drops one whose job is running or done). One
-    reconciler of the fleet scans per half period."""
+    """Send again the message of a queued job that no live broker message names after
+    LOST_MESSAGE_AFTER_S: lost with a Redis master that died before replicating it, or taken by
+    a worker whose broker connection died with the master before it started the job (a Sentinel
+    failover). A second message for a job is harmless (the task base drops one whose job is
+    running or done). One reconciler of the fleet scans per half period."""
     s = get_settings()
     period_ms = max(1000, int(s.lost_message_after_s * 500))
     r = get_redis()
@@ -113,7 +134,7 @@ def resend_lost_once() -> int:
     idle = store.idle_queued(store.active_ids(), s.lost_message_after_s)
     if not idle or not r.set(LOST_SCAN_LOCK, socket.gethostname(), nx=True, px=period_ms):
         return 0
-    named = broker_mentions(r, set(idle), s.lost_message_scan_max)
+    named = broker_mentions(r, set(idle), s.lost_message_scan_max, time.time() - s.lost_message_after_s)
     if named is None:
         return 0
     sent = 0

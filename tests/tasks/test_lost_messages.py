@@ -1,12 +1,14 @@
-"""The reconciler sends again the message of a queued job that no broker message names (lost
-with a Redis master that died before replicating it), and never the message of one that is
-waiting in a queue or held by a worker."""
+"""The reconciler sends again the message of a queued job that no live broker message names
+(lost with a Redis master that died before replicating it, or taken by a worker whose broker
+connection died with the master), and never the message of one that is waiting in a queue, just
+taken by a worker, or waiting out a retry's countdown."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -26,24 +28,33 @@ def other_db(redis_url):
     r.close()
 
 
-def test_broker_mentions_sees_waiting_and_taken_messages_only(other_db):
+def test_broker_mentions_names_waiting_and_freshly_taken_messages_only(other_db):
     from kombu import Connection
 
     from workers.celery_app import app
 
-    waiting, taken, lost = (uuid.uuid4().hex for _ in range(3))
+    waiting, fresh, stale, retry, lost = (uuid.uuid4().hex for _ in range(5))
     url = other_db.connection_pool.connection_kwargs
+    eta = datetime.now(UTC) + timedelta(seconds=60)
     with Connection(f"redis://{url['host']}:{url['port']}/1") as conn:
-        for job_id in (taken, waiting):  # as tasks.registry.send sends them (the oldest is taken first)
-            app.send_task("yana.demo.sleep", kwargs={"job_id": job_id}, queue="default", connection=conn)
-    # A worker takes `taken`: kombu moves it to its unacked hash (message, exchange, routing key).
-    raw = other_db.rpop("default")
-    assert taken in raw
-    other_db.hset("unacked", "delivery-tag-1", json.dumps([json.loads(raw), "", "default"]))
+        for job_id in (fresh, stale, retry, waiting):  # as tasks.registry.send sends them
+            options = {"eta": eta} if job_id == retry else {}
+            app.send_task("yana.demo.sleep", kwargs={"job_id": job_id}, queue="default", connection=conn, **options)
+    now = time.time()
+    # A worker takes three (kombu moves each to its unacked hash, with when it took it): `fresh`
+    # just now; `stale` 60 s ago, its worker's connection gone with the master; `retry` 60 s ago
+    # too, but it waits for its ETA, a minute from now.
+    for job_id, taken_at in ((fresh, now), (stale, now - 60), (retry, now - 60)):
+        raw = other_db.rpop("default")
+        assert job_id in raw, "the oldest message is taken first"
+        other_db.hset("unacked", f"tag-{job_id}", json.dumps([json.loads(raw), "", "default"]))
+        other_db.zadd("unacked_index", {f"tag-{job_id}": taken_at})
     assert other_db.llen("default") == 1
-    assert broker_mentions(other_db, {waiting, taken, lost}, max_messages=100) == {waiting, taken}
-    assert broker_mentions(other_db, {lost}, max_messages=100) == set()
-    assert broker_mentions(other_db, {waiting}, max_messages=1) is None, "more messages than it may read"
+    every = {waiting, fresh, stale, retry, lost}
+    assert broker_mentions(other_db, every, max_messages=100, stale_before=now - 15) == {waiting, fresh, retry}
+    assert broker_mentions(other_db, every, max_messages=100, stale_before=now - 120) == every - {lost}
+    assert broker_mentions(other_db, {lost}, max_messages=100, stale_before=now - 15) == set()
+    assert broker_mentions(other_db, {waiting}, max_messages=3, stale_before=now) is None, "more than it may read"
 
 
 def test_a_queued_job_whose_message_was_lost_runs_once(api, redis_client):
