@@ -8,8 +8,8 @@ worker package imports nothing from tasks/."""
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import os
 import re
 import socket
