@@ -342,7 +342,9 @@ def test_staging_without_a_job_is_swept_after_the_grace_time(istack):
     r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
     root = istack.data_dir / "incoming"
     orphan, queued, finished = (root / new_job_id() for _ in range(3))
-    JobStore(r).create("ingest", {}, job_id=queued.name)  # a record only: no worker takes it
+    # A record only, of a kind no task runs: it stays queued (a queued ingest job without a
+    # message would be sent by the reconciler, as a message lost in a Redis failover is).
+    JobStore(r).create("test.held", {}, job_id=queued.name)
     JobStore(r).create("ingest", {}, job_id=finished.name)
     JobStore(r).fail(finished.name, {"code": "X", "message": "x", "retryable": False})
     for folder in (orphan, queued, finished):
