@@ -55,7 +55,7 @@ def main() -> None:
         print(f"run {n + 1} (system up in {started:.0f}s): {run.line()}", flush=True)
 
     def row(name: str, values: list[float]) -> None:
-        print(f"{name:<44} median {statistics.median(values):6.1f}s   max {max(values):6.1f}s")
+        print(f"{name:<52} median {statistics.median(values):6.1f}s   max {max(values):6.1f}s")
 
     print(f"\nfailover recovery over {len(runs)} run(s), kill -9 of the master:")
     row("promotion after the kill", [r.promotion_s for r in runs])
