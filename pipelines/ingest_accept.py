@@ -208,12 +208,19 @@ def _job_exists(r, job_id: str) -> bool | None:
 
 
 def accept_ingest(
-    req: IngestInput, *, enqueue: Enqueue, r, s: Settings, blobs: BlobStore | None = None
+    req: IngestInput,
+    *,
+    enqueue: Enqueue,
+    r,
+    s: Settings,
+    blobs: BlobStore | None = None,
+    answer_duplicates: bool = True,
 ) -> Duplicate | dict:
     """Check the request, answer an exact duplicate, else stage the bytes and enqueue the job.
 
     One image: its problem is raised (4xx), and with `strict` an exact duplicate is a 409
-    CONFLICT. Many: an image's problem is recorded as that item's failure and the rest go on."""
+    CONFLICT. Many: an image's problem is recorded as that item's failure and the rest go on.
+    answer_duplicates=False skips the duplicate answer (a retry that must get its first job)."""
     if blobs is None:
         from yana.clients import get_blobs
 
@@ -227,7 +234,7 @@ def accept_ingest(
             if len(req.images) == 1 and not documents:
                 raise
             item_sources.append({"kind": "rejected", "error": exc.body()})
-    if len(req.images) == 1 and not documents:
+    if answer_duplicates and len(req.images) == 1 and not documents:
         dup = exact_duplicate(req.images[0], item_sources[0], r, s, blobs)
         if dup is not None:
             if req.strict:

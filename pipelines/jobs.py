@@ -144,6 +144,16 @@ redis.call('HDEL', KEYS[1], 'reserved_by', 'reserved_at')
 return 1
 """
 
+# A queued job that no broker message names any more (it was lost with a Redis master that died
+# before replicating it): take the re-send, once per idle period, so that of several reconcilers
+# only one sends. KEYS: job. ARGV: updated_at as the caller saw it, now.
+_TAKE_UNSENT = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end
+if redis.call('HGET', KEYS[1], 'updated_at') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
+return 1
+"""
+
 
 @dataclass
 class Claim:
@@ -163,6 +173,7 @@ class JobStore:
         self._reclaim = r.register_script(_RECLAIM_STALE)
         self._mark_reserved = r.register_script(_MARK_RESERVED)
         self._release_orphaned = r.register_script(_RELEASE_ORPHANED)
+        self._take_unsent = r.register_script(_TAKE_UNSENT)
 
     # --- create / read --------------------------------------------------------------------
     def create(
@@ -421,6 +432,27 @@ class JobStore:
         is gone: clear the reservation and return True (the caller sends the message again)."""
         before = int(time.time() * 1000) - grace_ms
         return bool(self._release_orphaned(keys=[job_key(job_id), reserved_by], args=[reserved_by, before]))
+
+    def idle_queued(self, job_ids: builtins.list[str], idle_s: float, now: float | None = None) -> dict[str, str]:
+        """Of these jobs, the queued ones whose record has not changed for idle_s seconds:
+        job id -> its updated_at (what take_unsent compares)."""
+        now = time.time() if now is None else now
+        with self.r.pipeline(transaction=False) as p:
+            for job_id in job_ids:
+                p.hmget(job_key(job_id), "status", "updated_at")
+            rows = p.execute()
+        out = {}
+        for job_id, (status, updated_at) in zip(job_ids, rows, strict=True):
+            if status != QUEUED or not updated_at:
+                continue
+            if now - datetime.fromisoformat(updated_at.replace("Z", "+00:00")).timestamp() >= idle_s:
+                out[job_id] = updated_at
+        return out
+
+    def take_unsent(self, job_id: str, seen_updated_at: str) -> bool:
+        """Still queued and unchanged since the caller saw `seen_updated_at`: mark it updated now
+        and return True (the caller sends its message again); else False."""
+        return bool(self._take_unsent(keys=[job_key(job_id)], args=[seen_updated_at, now_iso()]))
 
     def append_webhook_attempt(self, job_id: str, attempt: dict, delivered: bool | None = None) -> None:
         cur = self.get_raw_field(job_id, "webhook")

@@ -8,17 +8,21 @@ worker package imports nothing from tasks/."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import socket
 import threading
+import time
+from datetime import datetime
 
 from celery import signals
 
 from pipelines.ingest_accept import sweep_staging
 from tasks import registry
 from tasks.webhooks import deliver, dispatcher
-from workers.queues import worker_key
+from workers.queues import broker_message_keys, worker_key
 from yana.clients import get_blobs, get_redis
 from yana.settings import get_settings
 
@@ -71,6 +75,82 @@ def reconcile_once() -> dict:
     return counts
 
 
+JOB_ID_IN_MESSAGE = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+LOST_SCAN_LOCK = "yana:jobs:lost-scan"
+
+
+def broker_mentions(r, job_ids: set[str], max_messages: int, stale_before: float) -> set[str] | None:
+    """Of these job ids, those that a live broker message names: waiting in a queue, or taken by
+    a worker (kombu's unacked hash) at or after `stale_before` (a time), or taken earlier with an
+    ETA after it (a retry waiting out its countdown). A message taken earlier and still not
+    acknowledged while its job is queued is not live: its job would be running by now, unless the
+    connection of the worker that took it died with the Redis master, and kombu hands such a
+    message back only after the visibility timeout (hours). None when the broker holds more than
+    max_messages (a backlog: not read now; its jobs are waiting anyway)."""
+    lists, unacked, unacked_index = broker_message_keys()
+    with r.pipeline(transaction=False) as p:
+        for key in lists:
+            p.llen(key)
+        p.hlen(unacked)
+        if sum(p.execute()) > max_messages:
+            return None
+    # One transaction: a message moving from a queue to the unacked hash is seen in one of them.
+    with r.pipeline(transaction=True) as p:
+        for key in lists:
+            p.lrange(key, 0, -1)
+        p.hgetall(unacked)
+        p.zrange(unacked_index, 0, -1, withscores=True)
+        *waiting, taken, taken_at = p.execute()
+    live = [raw for messages in waiting for raw in messages]
+    when = dict(taken_at)
+    for tag, raw in taken.items():
+        if when.get(tag, 0.0) >= stale_before or _eta(raw) >= stale_before:
+            live.append(raw)
+    named: set[str] = set()
+    for raw in live:  # the job id is in the headers' kwargsrepr as plain text
+        named.update(JOB_ID_IN_MESSAGE.findall(raw))
+    return named & job_ids
+
+
+def _eta(unacked_entry: str) -> float:
+    """The ETA of an unacked entry ([message, exchange, routing key]) as a time; 0 if none."""
+    try:
+        eta = json.loads(unacked_entry)[0]["headers"].get("eta")
+        return datetime.fromisoformat(eta).timestamp() if eta else 0.0
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return 0.0
+
+
+def resend_lost_once() -> int:
+    """Send again the message of a queued job that no live broker message names after
+    LOST_MESSAGE_AFTER_S: lost with a Redis master that died before replicating it, or taken by
+    a worker whose broker connection died with the master before it started the job (a Sentinel
+    failover). A second message for a job is harmless (the task base drops one whose job is
+    running or done). One reconciler of the fleet scans per half period."""
+    s = get_settings()
+    period_ms = max(1000, int(s.lost_message_after_s * 500))
+    r = get_redis()
+    store = registry.job_store()
+    idle = store.idle_queued(store.active_ids(), s.lost_message_after_s)
+    if not idle or not r.set(LOST_SCAN_LOCK, socket.gethostname(), nx=True, px=period_ms):
+        return 0
+    named = broker_mentions(r, set(idle), s.lost_message_scan_max, time.time() - s.lost_message_after_s)
+    if named is None:
+        return 0
+    sent = 0
+    for job_id, seen in idle.items():
+        if job_id in named:
+            continue
+        job = store.get(job_id)
+        # A record of a kind no task runs (written by hand) has no message to send.
+        if job is None or job["kind"] not in registry.KINDS or not store.take_unsent(job_id, seen):
+            continue
+        registry.send(job)
+        sent += 1
+        log.warning("job re-sent: no broker message named it", extra={"job_id": job_id})
+    return sent
+
+
 def dispatch_webhooks_once() -> int:
     due = dispatcher().claim_due()
     for job_id in due:
@@ -114,7 +194,7 @@ class MaintenanceLoop(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        steps = (announce_worker, reconcile_once, dispatch_webhooks_once, sweep_staging_once)
+        steps = (announce_worker, reconcile_once, resend_lost_once, dispatch_webhooks_once, sweep_staging_once)
         try:
             announce_worker()
         except Exception:  # noqa: BLE001

@@ -43,6 +43,7 @@ TINY = {
         "--settle",
         "40",
     ],
+    "failover_recovery.py": ["--runs", "1", "--labels", "16", "--kill-after", "5"],
     "memo_latency.py": ["--memos", "200", "--saves", "3", "--queries", "5", "--turns", "5"],
     "phash_lookup.py": ["--sizes", "2000", "--queries", "50", "--redis-ops", "20", "--labels", "20"],
     "reembed_swap.py": ["--n", "12"],

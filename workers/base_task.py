@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -71,18 +72,35 @@ class JobContext:
 TRANSIENT_STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError, httpx.TimeoutException, httpx.TransportError)
 
 
+def reclaim_lost(store: JobStore, job_id: str, token: str, hb_ttl_s: float, max_attempts: int) -> bool:
+    """Our claim on a job we are still running is gone and the job is queued again: the Redis
+    master that took the claim died before replicating it (the promoted replica has the job
+    queued, and its message is the one we hold), or the reconciler released it while our
+    heartbeat lapsed. Claim it again with our token (True); False when it is no longer queued
+    (cancelled, finished, or another worker has taken it)."""
+    if store.r.hget(jobstore.job_key(job_id), "status") != jobstore.QUEUED:
+        return False
+    if store.claim(job_id, token, hb_ttl_s=hb_ttl_s, max_attempts=max_attempts).outcome != "ok":
+        return False
+    log.warning("job claimed again: its claim was lost (a Redis failover?)", extra={"job_id": job_id})
+    return True
+
+
 class _Heartbeat(threading.Thread):
-    def __init__(self, store: JobStore, job_id: str, token: str, interval: float, ttl: float):
+    def __init__(
+        self, store: JobStore, job_id: str, token: str, interval: float, ttl: float, reclaim: Callable[[], bool]
+    ):
         super().__init__(name=f"hb-{job_id[:8]}", daemon=True)
         self.store, self.job_id, self.token = store, job_id, token
         self.interval, self.ttl = interval, ttl
+        self.reclaim = reclaim
         self.stop = threading.Event()
         self.lost = threading.Event()  # set when the job is no longer ours (cancelled or taken)
 
     def run(self) -> None:
         while not self.stop.wait(self.interval):
             try:
-                if not self.store.heartbeat(self.job_id, self.token, self.ttl):
+                if not self.store.heartbeat(self.job_id, self.token, self.ttl) and not self.reclaim():
                     self.lost.set()
                     return
             except Exception:  # Redis blip: try again next tick; the TTL covers a few misses
@@ -126,16 +144,19 @@ class JobTask(Task):
     def _run_job(self, store: JobStore, job: dict, s) -> Any:
         job_id = job["id"]
         token = f"{uuid.uuid4().hex}:{self.request.hostname or 'local'}"
-        claim = store.claim(
-            job_id, token, hb_ttl_s=s.heartbeat_ttl_s, max_attempts=job["max_attempts"] or s.job_max_attempts
-        )
+        max_attempts = job["max_attempts"] or s.job_max_attempts
+        claim = store.claim(job_id, token, hb_ttl_s=s.heartbeat_ttl_s, max_attempts=max_attempts)
         extra = {"job_id": job_id, "kind": job["kind"], "attempt": claim.attempts}
         if claim.outcome != "ok":
             log.info("job not run: %s", claim.outcome, extra=extra)
             return None
         store.r.hset(jobstore.job_key(job_id), "task_id", self.request.id or "")
         job = store.get(job_id) or job
-        hb = _Heartbeat(store, job_id, token, s.heartbeat_interval_s, s.heartbeat_ttl_s)
+
+        def reclaim() -> bool:
+            return reclaim_lost(store, job_id, token, s.heartbeat_ttl_s, max_attempts)
+
+        hb = _Heartbeat(store, job_id, token, s.heartbeat_interval_s, s.heartbeat_ttl_s, reclaim)
         hb.start()
         ctx = JobContext(store, job, token, hb.lost)
         log.info("job started", extra=extra)
@@ -164,7 +185,7 @@ class JobTask(Task):
             log.exception("job crashed", extra=extra)
             outcome = "failed: INTERNAL"
         else:
-            if store.succeed(job_id, token, result):
+            if store.succeed(job_id, token, result) or (reclaim() and store.succeed(job_id, token, result)):
                 log.info("job succeeded", extra=extra)
                 outcome = succeeded_summary(result)
             else:

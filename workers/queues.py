@@ -15,3 +15,13 @@ def worker_key(pid: int, host: str | None = None) -> str:
     import socket
 
     return WORKER_KEY.format(f"{host or socket.gethostname()}:{pid}")
+
+
+def broker_message_keys() -> tuple[list[str], str, str]:
+    """Where Celery's Redis transport keeps messages: the list of each queue at each priority
+    step (waiting), the hash of messages taken by a worker and not yet acknowledged, and the zset
+    of when each of those was taken."""
+    from kombu.transport.redis import Channel
+
+    lists = [q if not pri else f"{q}{Channel.sep}{pri}" for q in QUEUES for pri in Channel.priority_steps]
+    return lists, Channel.unacked_key, Channel.unacked_index_key

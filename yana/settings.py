@@ -157,6 +157,11 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = 2.0
     heartbeat_ttl_s: float = 10.0
     reconcile_interval_s: float = 2.0
+    # A queued job that no broker message names for this long is sent again (a message lost with
+    # a Redis master in a failover); the broker is read for it only while it holds at most
+    # LOST_MESSAGE_SCAN_MAX messages.
+    lost_message_after_s: float = 15.0
+    lost_message_scan_max: int = 5000
     task_time_limit_s: int = 3600
     # Must exceed the longest task: a message unacked for longer is redelivered by Redis.
     visibility_timeout_s: int = 3 * 3600

@@ -5,7 +5,10 @@ completed response. A retry with the same key and the same request gets the firs
 again (`Idempotent-Replayed: true`); the same key while the first is still running gets 409; the
 same key with another request gets 422; an empty or malformed key 400. Only 2xx responses are
 kept: after an error the key is released and a retry runs again. After a time-out the claim is
-left to expire with its lease, since the handler may still be creating the job.
+left to expire with its lease, since the handler may still be creating the job. A release that
+Redis could not take (the master died mid-request; a Sentinel failover) is tried again in the
+background until the new master answers: left in place, the claim would answer every retry of
+the key with 409 for its whole lease (a minute by default) after Redis is back.
 
 A job created under a key is bound to it in the same Redis transaction (`jobs_key`, see
 JobStore.create), so the key never yields two jobs, even when the API process dies between
@@ -17,6 +20,7 @@ and whitespace, form field order, the multipart boundary.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
+from redis.exceptions import RedisError, WatchError
 
 from yana.errors import ErrorCode, YanaError, bad_request, conflict
 
@@ -148,6 +152,22 @@ class IdempotencyStore:
 
     async def release(self, claim: Claim) -> None:
         await self._if_owner(claim, lambda pipe: pipe.delete(claim.key))
+
+    async def release_when_reachable(self, claim: Claim, within_s: float, interval_s: float = 0.5) -> bool:
+        """Release a claim whose release Redis refused, retrying every interval_s until it lands
+        (True) or within_s has passed (False; the lease has run out by then anyway). Safe to land
+        late: only a claim that is still ours is deleted."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while True:
+            try:
+                await self.release(claim)
+                return True
+            except RedisError as exc:
+                if loop.time() + interval_s >= deadline:
+                    log.warning("idempotency claim never released: %s", type(exc).__name__)
+                    return False
+            await asyncio.sleep(interval_s)
 
     async def _if_owner(self, claim: Claim, write) -> None:
         """Write only while the claim is still ours (its lease may have expired and been

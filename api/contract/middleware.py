@@ -30,7 +30,7 @@ from api.contract import correlation
 from api.contract.auth import BearerAuth, bearer_token, caller_identity
 from api.contract.errors import error_response, from_exception
 from api.contract.idempotency import HEADER as IDEMPOTENCY_HEADER
-from api.contract.idempotency import REPLAYED_HEADER, IdempotencyStore, StoredResponse, fingerprint, parse_key
+from api.contract.idempotency import REPLAYED_HEADER, Claim, IdempotencyStore, StoredResponse, fingerprint, parse_key
 from api.contract.policy import ResolvedPolicy, media_type_accepted
 from api.contract.ratelimit import Rate, TokenBucketLimiter
 from api.contract.routing import RouteIndex
@@ -222,6 +222,7 @@ class ContractMiddleware:
         self.default_rate = Rate.parse(settings.rate_limit, settings.rate_burst)
         self.internal_secret = internal_secret.encode()
         self._limiter: tuple[Redis, TokenBucketLimiter] | None = None
+        self._background: set[asyncio.Task] = set()  # idempotency releases retried after a Redis failure
 
     # -- shared state -------------------------------------------------------------------------
     def redis(self) -> Redis:
@@ -397,23 +398,36 @@ class ContractMiddleware:
             buffer = await self.call_app(scope, replaying_receive(body, receive), send, rp, capture=True)
         except YanaError as err:
             if err.status != 408:  # after a time-out the handler may still run: keep the claim
-                await store.release(claimed)
+                await self.release_claim(store, claimed, lease_s)
             raise
         except BaseException:
-            await store.release(claimed)
+            await self.release_claim(store, claimed, lease_s)
             raise
         finally:
             context.reset_idempotency_record(bound)
         # Recorded before the caller sees the response, so its next retry finds it complete.
-        try:
-            if 200 <= buffer.status < 300:
-                text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in buffer.headers]
+        if 200 <= buffer.status < 300:
+            text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in buffer.headers]
+            try:
                 await store.complete(claimed, fp, buffer.status, text_headers, buffer.body)
-            else:
-                await store.release(claimed)
-        except RedisError as exc:  # the work is done; only its memory is lost (the lease expires)
-            log.warning("idempotency record not saved: %s", type(exc).__name__)
+            except RedisError as exc:  # the work is done; only its memory is lost (the lease expires)
+                log.warning("idempotency record not saved: %s", type(exc).__name__)
+        else:
+            await self.release_claim(store, claimed, lease_s)
         await buffer.flush()
+
+    async def release_claim(self, store: IdempotencyStore, claim: Claim, lease_s: int) -> None:
+        """Release the key after an error. When Redis itself is what failed (its master died
+        mid-request), keep trying in the background until it answers, so that the client's retries
+        are not refused with 409 for the whole lease once Redis is back; the request's own error
+        is what the client gets."""
+        try:
+            await store.release(claim)
+        except RedisError as exc:
+            log.warning("idempotency claim not released (%s); retrying in the background", type(exc).__name__)
+            task = asyncio.get_running_loop().create_task(store.release_when_reachable(claim, lease_s))
+            self._background.add(task)  # a reference, or the task may be collected before it ends
+            task.add_done_callback(self._background.discard)
 
     async def replay(self, send: Send, stored: StoredResponse, rp: ResolvedPolicy) -> None:
         body = stored.body

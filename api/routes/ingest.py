@@ -198,7 +198,12 @@ def _accept(req: ingest_accept.IngestInput, s: Settings):
     def enqueue(job_id: str, params: dict, callback_url: str | None) -> dict:
         return accept_job("ingest", params, callback_url, job_id=job_id)
 
-    outcome = ingest_accept.accept_ingest(req, enqueue=enqueue, r=get_redis(), s=s)
+    r = get_redis()
+    idem = context.idempotency_record()
+    # A retry whose first try created the job (and was then answered 503: no replica confirmed
+    # it) gets that job, as the Idempotency-Key promises, even once the job has indexed the image.
+    retry_of_a_job = bool(idem) and bool(r.hexists(idem, "ingest"))
+    outcome = ingest_accept.accept_ingest(req, enqueue=enqueue, r=r, s=s, answer_duplicates=not retry_of_a_job)
     if isinstance(outcome, ingest_accept.Duplicate):
         body = IngestDedup(**dataclasses.asdict(outcome), **context.body_ids())
         return JSONResponse(body.model_dump(), status_code=200)

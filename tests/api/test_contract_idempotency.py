@@ -289,3 +289,48 @@ def test_record_is_complete_before_the_response_leaves(redis_url):
 
     asyncio.run(run())
     assert states == [202, "complete"]
+
+
+@pytest.mark.stack  # starts a redis-server of its own, stops it and starts it again
+def test_a_release_redis_refused_lands_once_redis_answers_again(tmp_path):
+    """The master died mid-request (a Sentinel failover): the release after the error fails, and
+    left in place the claim would answer 409 to every retry for its whole lease. Retried in the
+    background, it lands once Redis answers again; it never deletes a claim that is not ours."""
+    import asyncio
+
+    import redis.asyncio as aredis
+    from redis.exceptions import RedisError
+
+    from cli import processes
+
+    port = processes.free_port()
+    env = processes.child_env()
+    servers = [processes.start_redis(tmp_path, port, tmp_path / "logs", env)]
+
+    async def run() -> tuple[bool, bool]:
+        r = aredis.Redis(port=port, decode_responses=True, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            store = IdempotencyStore(r, ttl_s=600)
+            ours = await store.claim("t:x", "failover-key", "fp", lease_s=60)
+            other = await store.claim("t:x", "someone-elses-key", "fp", lease_s=60)
+            processes.stop(servers)  # SIGTERM: its append-only file keeps both claims
+            with pytest.raises(RedisError):
+                await store.release(ours)
+            retry = asyncio.create_task(store.release_when_reachable(ours, within_s=30, interval_s=0.1))
+            await asyncio.sleep(1.0)
+            pending_while_down = not retry.done()
+            servers.append(processes.start_redis(tmp_path, port, tmp_path / "logs", env))
+            processes.wait_healthy(servers[-1])
+            landed = await asyncio.wait_for(retry, 20)
+            assert await r.get(ours.key) is None
+            assert json.loads(await r.get(other.key))["owner"] == other.owner  # not ours: kept
+            return pending_while_down, landed
+        finally:
+            await r.aclose()
+
+    try:
+        processes.wait_healthy(servers[0])
+        pending_while_down, landed = asyncio.run(run())
+        assert pending_while_down and landed
+    finally:
+        processes.stop([s for s in servers if s.alive()])

@@ -171,6 +171,30 @@ def test_idempotency_key_replays_the_first_answer(client):
     assert wait_job(client, a.json()["job_id"])["result"]["indexed"] == 1
 
 
+def test_a_retry_whose_first_try_created_the_job_gets_that_job_not_a_dedup(client, istack):
+    """A first try can create the job and still fail (503: no Redis replica confirmed it, as in a
+    Sentinel failover); the error released the key, the job stays bound to it. The retry with the
+    key must get that job, as the 503 promises, even after the job indexed the image."""
+    import redis
+
+    key = uuid.uuid4().hex
+    body = {**_fields(15), "image_base64": base64.b64encode(_jpeg(15)).decode()}
+    first = client.post("/v1/ingest", json=body, headers={"Idempotency-Key": key})
+    assert first.status_code == 202, first.text
+    job_id = first.json()["job_id"]
+    assert wait_job(client, job_id)["result"]["indexed"] == 1
+    r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
+    bound = [k for k in r.scan_iter("yana:idem:*:jobs") if r.hget(k, "ingest") == job_id]
+    assert len(bound) == 1
+    r.delete(bound[0].removesuffix(":jobs"))  # what the 503's release of the key leaves
+    retry = client.post("/v1/ingest", json=body, headers={"Idempotency-Key": key})
+    assert retry.status_code == 202, retry.text
+    assert retry.json()["job_id"] == job_id and "idempotent-replayed" not in retry.headers
+    # Without the key (or with another) the same bytes are still answered as a duplicate at once.
+    other = client.post("/v1/ingest", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert other.status_code == 200 and other.json()["dedup"] is True, other.text
+
+
 def test_text_documents_are_chunked_and_indexed(client, chroma_col):
     text = "".join(f"第{i}節。蔵元の歴史と酒造りについての記録です。" for i in range(200))
     r = client.post(
@@ -318,7 +342,9 @@ def test_staging_without_a_job_is_swept_after_the_grace_time(istack):
     r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
     root = istack.data_dir / "incoming"
     orphan, queued, finished = (root / new_job_id() for _ in range(3))
-    JobStore(r).create("ingest", {}, job_id=queued.name)  # a record only: no worker takes it
+    # A record only, of a kind no task runs: it stays queued (a queued ingest job without a
+    # message would be sent by the reconciler, as a message lost in a Redis failover is).
+    JobStore(r).create("test.held", {}, job_id=queued.name)
     JobStore(r).create("ingest", {}, job_id=finished.name)
     JobStore(r).fail(finished.name, {"code": "X", "message": "x", "retryable": False})
     for folder in (orphan, queued, finished):

@@ -1,9 +1,11 @@
 """The job store's guards against double work, on a real Redis: one job per Idempotency-Key
-binding, and the release of a queued job whose message a dead worker main had reserved."""
+binding, the release of a queued job whose message a dead worker main had reserved, and the
+taking of a queued job whose message was lost for one re-send."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from pipelines.jobs import JobStore, job_key
 
@@ -62,3 +64,26 @@ def test_release_orphaned_only_for_a_dead_reserver_after_the_grace(redis_client)
     redis_client.hset(job_key(job["id"]), "status", "running")
     assert not store.mark_reserved(job["id"], dead)
     assert not store.release_orphaned(job["id"], dead, grace_ms=0)
+
+
+def test_a_queued_job_idle_for_the_period_is_taken_for_a_resend_once(redis_client):
+    """The reconciler's rule for a message lost in a Redis failover: a queued job unchanged for
+    the period is a candidate; taking it for a re-send is a compare-and-set on its updated_at, so
+    of several reconcilers one sends, and the next candidacy starts a new period."""
+    store = JobStore(redis_client)
+    job = store.create("ingest", {})
+    later = time.time() + 60
+    assert store.idle_queued([job["id"]], idle_s=30) == {}, "just created: not idle"
+    seen = store.idle_queued([job["id"]], idle_s=30, now=later)
+    assert seen == {job["id"]: job["updated_at"]}
+    assert store.take_unsent(job["id"], seen[job["id"]])
+    assert not store.take_unsent(job["id"], seen[job["id"]]), "taken once: its updated_at moved"
+    assert store.idle_queued([job["id"]], idle_s=30, now=time.time() + 1) == {}, "a new period starts"
+    assert store.idle_queued([job["id"]], idle_s=30, now=later + 60) != {}
+    # Running or finished jobs are never candidates, nor taken.
+    for status in ("running", "succeeded"):
+        redis_client.hset(job_key(job["id"]), "status", status)
+        assert store.idle_queued([job["id"]], idle_s=30, now=later + 60) == {}
+        assert not store.take_unsent(job["id"], store.get(job["id"])["updated_at"])
+    redis_client.delete(job_key(job["id"]))
+    assert store.idle_queued([job["id"]], idle_s=30, now=later + 60) == {}, "gone: not a candidate"
