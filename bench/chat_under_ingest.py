@@ -86,7 +86,9 @@ def main() -> None:
         args.labels, args.n, args.nice = 12, 10, "10"
     rows = distinct_labels(args.labels, seed=77)
     print(f"# /v1/chat (no LLM, use_rag=true) idle vs during a bulk ingest of {args.labels} labels\n")
-    print("| worker nice | idle p50 | idle p99 | during p50 | during p99 | p99 ratio (goal <= 2) | ingest images/s | job |")
+    print(
+        "| worker nice | idle p50 | idle p99 | during p50 | during p99 | p99 ratio (goal <= 2) | ingest images/s | job |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for nice in (int(x) for x in args.nice.split(",")):
         out = one_run(nice, rows, args.n)
