@@ -18,7 +18,11 @@ the rows present at the last merge ("base"), with a column-major copy (CSC: term
 queries; rows added since then sit in small CSR blocks ("delta") whose own CSC is rebuilt lazily.
 The delta is merged into the base when it grows, and dead rows are compacted away when they pile
 up (amortised, in the syncing process only). Document frequencies are kept per term over the live
-rows, so BM25's idf needs no scan.
+rows, so BM25's idf needs no scan. Each row's stored metadata and text are kept as the bytes Redis
+holds (parsed only for the rows a query shows): at 1M chunks a dict per row would cost gigabytes.
+
+Warm start: pipelines.search_snapshot writes this state to disk and maps it into a new process
+(the arrays copy-on-write), which then syncs only the changes after the snapshot's position.
 
 Loading is vectorised: a cold process applies a batch of chunks with a handful of numpy calls per
 batch (term ids through one C-level dict map, vectors through one frombuffer, filter codes through
@@ -33,6 +37,7 @@ import bisect
 import gc
 import logging
 import math
+import mmap
 import threading
 from collections.abc import Callable
 from itertools import chain
@@ -53,6 +58,7 @@ CODE_FIELDS = ("category", "region", "brewery", "brand_name")
 BM25_K1, BM25_B = 1.2, 0.75
 _DELTA_MAX_ROWS = 2048  # rows held outside the base postings before they are merged in
 _FETCH_BATCH = 2000
+_GATHER_ROWS = 512  # rows gathered per block for a filtered cosine (~0.8 MB at 384-d: stays in cache)
 _DOC_FIELDS = ("text", "terms", "tok", "meta", "vec")
 _TOK = TOKENIZER_VERSION.encode()
 
@@ -138,6 +144,57 @@ def _number(v) -> float:
         return 0.0
 
 
+class Blobs:
+    """One byte string per row (a chunk's stored metadata JSON, its indexed text). Rows [0, frozen)
+    sit in one buffer with offsets (packed at a compaction, or mapped from a snapshot and then
+    shared by every process that maps it); rows appended since are a list. Read a row at a time."""
+
+    __slots__ = ("buf", "off", "frozen", "tail")
+
+    def __init__(self, buf: bytes | mmap.mmap = b"", off: np.ndarray | None = None):
+        self.buf = buf
+        self.off = np.zeros(1, dtype=np.int64) if off is None else off
+        self.frozen = int(self.off.shape[0]) - 1
+        self.tail: list[bytes] = []
+
+    def __len__(self) -> int:
+        return self.frozen + len(self.tail)
+
+    def __getitem__(self, row: int) -> bytes:
+        if row < self.frozen:
+            return bytes(self.buf[int(self.off[row]) : int(self.off[row + 1])])
+        return self.tail[row - self.frozen]
+
+    def extend(self, items: list[bytes]) -> None:
+        self.tail.extend(items)
+
+    def drop(self, row: int) -> None:
+        """Forget a dead row's bytes (frozen rows cost nothing: they go at the next compaction)."""
+        if row >= self.frozen:
+            self.tail[row - self.frozen] = b""
+
+    def take(self, rows) -> Blobs:
+        """The given rows, packed into one buffer."""
+        parts = [self[int(i)] for i in rows]
+        off = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=off[1:])
+        return Blobs(b"".join(parts), off)
+
+
+class _Columns:
+    """Term -> rows postings (CSC) of the rows of a block: rows[indptr[t]:indptr[t + 1]] hold term
+    t with the tfs beside them. Plain arrays, so they can be mapped read-only from a snapshot."""
+
+    __slots__ = ("indptr", "rows", "tfs")
+
+    def __init__(self, indptr: np.ndarray, rows: np.ndarray, tfs: np.ndarray):
+        self.indptr, self.rows, self.tfs = indptr, rows, tfs
+
+    @property
+    def n_terms(self) -> int:
+        return int(self.indptr.shape[0]) - 1
+
+
 class _Block:
     """Postings of consecutive rows [start, start + len(indptr) - 1), row-major."""
 
@@ -169,9 +226,10 @@ def _concat_blocks(blocks: list[_Block], start: int) -> _Block:
     )
 
 
-def _csc(block: _Block, n_terms: int) -> sparse.csc_matrix:
+def _csc(block: _Block, n_terms: int) -> _Columns:
     csr = sparse.csr_matrix((block.tfs, block.tids, block.indptr), shape=(block.rows, max(1, n_terms)))
-    return csr.tocsc()
+    csc = csr.tocsc()
+    return _Columns(csc.indptr.astype(np.int64), csc.indices.astype(np.int32), csc.data.astype(np.float32))
 
 
 class LiveIndex:
@@ -181,16 +239,16 @@ class LiveIndex:
         self.collection = collection
         self.lock = threading.RLock()
         self.seq = 0
+        self.epoch: str | None = None  # the change log's epoch seq was read under (pipelines.lexical)
+        self.snapshot_seq = 0  # position of the newest snapshot this process mapped or wrote
         self.n = 0
         self.cap = 0
         self.dim: int | None = None
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
-        # parsed metadata per row (dead rows: None); hit fields are built from it for shown rows
-        # only. Dicts of strings and numbers drop out of the cyclic GC's tracking, so 100k of them
-        # add nothing to a full collection's pause.
-        self.metas: list[dict | None] = []
-        self.texts: list[str] = []
+        # stored metadata JSON and indexed text per row (dead rows: b""), parsed for shown rows only
+        self.metas = Blobs()
+        self.texts = Blobs()
         self.alive = np.zeros(0, dtype=bool)
         self.has_vec = np.zeros(0, dtype=bool)
         self.vecs = np.zeros((0, 0), dtype=np.float32)
@@ -203,10 +261,10 @@ class LiveIndex:
         self.term_id: _TermIds = _TermIds()
         self.df = np.zeros(0, dtype=np.int64)  # live rows holding each term
         self.base = _concat_blocks([], 0)  # rows [0, base.rows)
-        self.base_csc: sparse.csc_matrix | None = None
+        self.base_csc: _Columns | None = None
         self.delta: list[_Block] = []  # rows [base.rows, n)
         self._delta_starts: list[int] = []
-        self._delta_csc: sparse.csc_matrix | None = None
+        self._delta_csc: _Columns | None = None
         self.n_alive = 0
         self.total_len = 0.0
         self.dead = 0
@@ -216,7 +274,7 @@ class LiveIndex:
         """Apply every change recorded since the last sync; returns the number of ids applied."""
         with self.lock:
             p = lexical.prefix(self.collection)
-            if int(r.get(p + "seq") or 0) == self.seq:
+            if not self._log_moved(r):
                 return 0
             changed = r.zrangebyscore(p + "changes", f"({self.seq}", "+inf", withscores=True)
             if not changed:
@@ -252,6 +310,30 @@ class LiveIndex:
             elif len(ids) > _DELTA_MAX_ROWS // 4 or self.n - self.base.rows > _DELTA_MAX_ROWS:
                 self._merge_delta()
             return len(ids)
+
+    def _log_moved(self, r: redis.Redis) -> bool:
+        """Whether the change log holds changes this index has not applied (one Redis call when
+        nothing changed). A log that restarted resets the index first."""
+        epoch, seq = lexical.position(r, self.collection)
+        if seq == self.seq and (epoch == self.epoch or epoch is None):
+            return False
+        if seq and epoch is None:  # an index written before epochs: give it one
+            epoch = lexical.ensure_epoch(r, self.collection)
+        if self.seq and (seq < self.seq or (self.epoch is not None and epoch != self.epoch)):
+            # the index was dropped and re-created, or Redis lost (or rolled back) its data:
+            # positions in the old log mean nothing now, so load everything again
+            log.warning(
+                "change log restarted: reloading the index",
+                extra={"collection": self.collection, "seq": seq, "was": self.seq},
+            )
+            self._reset()
+        self.epoch = epoch
+        return seq != self.seq
+
+    def _reset(self) -> None:
+        lock = self.lock
+        self.__init__(self.collection)  # type: ignore[misc]
+        self.lock = lock
 
     def apply(self, ids: list[str], docs: list) -> list[str]:
         """Apply changed chunks: docs[i] = [text, terms, tok, meta, vec] (bytes; meta None = deleted).
@@ -307,19 +389,20 @@ class LiveIndex:
         self.total_len -= float(self.doclen[row])
         self.dead += 1
         self.df[self._row_terms(row)] -= 1  # a row's term ids are distinct
-        self.metas[row] = None
-        self.texts[row] = ""
+        self.metas.drop(row)
+        self.texts.drop(row)
 
     def _append(self, present: list[tuple[str, list]]) -> list[str]:
         m, start = len(present), self.n
         self._grow(start + m)
         ids = [id_ for id_, _ in present]
-        texts = [d[0].decode() if d[0] else "" for _, d in present]
+        texts = [d[0] or b"" for _, d in present]
         tf_maps = [
-            orjson.loads(d[1]) if d[2] == _TOK and d[1] else lexical.terms_of(text)  # other tokenizer: re-tokenize
+            orjson.loads(d[1]) if d[2] == _TOK and d[1] else lexical.terms_of(text.decode())  # other tokenizer
             for (_, d), text in zip(present, texts, strict=True)
         ]
-        metas = [orjson.loads(d[3]) for _, d in present]
+        raw_metas = [d[3] for _, d in present]
+        metas = [orjson.loads(m) for m in raw_metas]
 
         lens = np.fromiter(map(len, tf_maps), dtype=np.int64, count=m)
         indptr = np.zeros(m + 1, dtype=np.int64)
@@ -353,8 +436,8 @@ class LiveIndex:
         self.alive[sl] = True
         self.has_vec[sl] = False
         self.ids += ids
-        self.metas += metas
-        self.texts += texts
+        self.metas.extend(raw_metas)
+        self.texts.extend(texts)
         self.row_of.update(zip(ids, range(start, start + m), strict=True))
         self.n += m
         self.n_alive += m
@@ -422,8 +505,8 @@ class LiveIndex:
         self.base = _Block(0, csr.indptr.astype(np.int64), csr.indices.astype(np.int32), csr.data.astype(np.float32))
         self.base_csc = _csc(self.base, len(self.term_id))
         self.ids = [self.ids[i] for i in keep]
-        self.metas = [self.metas[i] for i in keep]
-        self.texts = [self.texts[i] for i in keep]
+        self.metas = self.metas.take(keep)
+        self.texts = self.texts.take(keep)
         n = len(keep)
         for name in ("alive", "has_vec", "doclen", "ts"):
             a = getattr(self, name)
@@ -443,9 +526,38 @@ class LiveIndex:
         self.dead = 0
 
     # ---------------------------------------------------------------- queries (hold self.lock)
+    def meta(self, row: int) -> dict:
+        """A live row's stored metadata."""
+        raw = self.metas[row]
+        return orjson.loads(raw) if raw else {}
+
+    def text(self, row: int) -> str:
+        """A live row's indexed text."""
+        return self.texts[row].decode()
+
     def hit(self, row: int) -> dict:
         """The hit fields of a live row."""
-        return hit_fields(self.ids[row], self.metas[row] or {})
+        return hit_fields(self.ids[row], self.meta(row))
+
+    def vectors(self, rows) -> np.ndarray:
+        """The (unit) vectors of the given rows."""
+        return self.vecs[rows]
+
+    def cosine(self, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """q's cosine with every row [0, n) (rows=None) or with the given rows. A selection is
+        gathered in cache-sized blocks: one big gather would write and re-read the selected
+        rows through memory, the main cost at 1M rows."""
+        q = np.asarray(q, dtype=self.vecs.dtype)
+        if rows is None:
+            return self.vecs[: self.n] @ q
+        out = np.empty(rows.shape[0], dtype=np.float32)
+        buf = np.empty((min(_GATHER_ROWS, rows.shape[0]), self.vecs.shape[1]), dtype=self.vecs.dtype)
+        for s in range(0, rows.shape[0], _GATHER_ROWS):
+            part = rows[s : s + _GATHER_ROWS]
+            block = buf[: part.shape[0]]
+            np.take(self.vecs, part, axis=0, out=block)
+            np.dot(block, q, out=out[s : s + part.shape[0]])
+        return out
 
     def filter_mask(self, filters: dict[str, list[str]]) -> np.ndarray:
         """Rows alive and matching every filter (values of one field are OR-ed), as a mask over n."""
@@ -461,18 +573,18 @@ class LiveIndex:
 
     def _postings(self, tid: int):
         """(rows, tfs) parts of one term: the base column and the delta column."""
-        if self.base_csc is not None and tid < self.base_csc.shape[1]:
+        if self.base_csc is not None and tid < self.base_csc.n_terms:
             lo, hi = self.base_csc.indptr[tid], self.base_csc.indptr[tid + 1]
             if hi > lo:
-                yield self.base_csc.indices[lo:hi], self.base_csc.data[lo:hi]
+                yield self.base_csc.rows[lo:hi], self.base_csc.tfs[lo:hi]
         if self.delta:
             if self._delta_csc is None:
                 self._delta_csc = _csc(_concat_blocks(self.delta, self.base.rows), len(self.term_id))
             d = self._delta_csc
-            if tid < d.shape[1]:
+            if tid < d.n_terms:
                 lo, hi = d.indptr[tid], d.indptr[tid + 1]
                 if hi > lo:
-                    yield d.indices[lo:hi] + self.base.rows, d.data[lo:hi]
+                    yield d.rows[lo:hi] + self.base.rows, d.tfs[lo:hi]
 
     def carries(self, term: str, mask: np.ndarray | None = None) -> bool:
         """Whether any live row (in `mask`, when given) holds `term`."""
