@@ -245,6 +245,7 @@ class LiveIndex:
         self.seq = 0
         self.epoch: str | None = None  # the change log's epoch seq was read under (pipelines.lexical)
         self.snapshot_seq = 0  # position of the newest snapshot this process mapped or wrote
+        self.last_id: str | None = None  # the id whose change is at position seq
         self.n = 0
         self.cap = 0
         self.dim: int | None = None
@@ -285,7 +286,7 @@ class LiveIndex:
                 return 0
             # Every doc fetched below is at least as new as its change entry, so taking the
             # highest score seen as the new position loses no change (a later one shows up again).
-            new_seq = int(max(score for _, score in changed))
+            new_seq = int(changed[-1][1])  # in score order
             ids = [i for i, _ in changed]
             self._grow(self.n + len(ids))  # once, not by doubling while a cold load streams in
             raw = raw_client(r)
@@ -308,7 +309,7 @@ class LiveIndex:
                     gc.enable()
             if missing_vec and fetch_vectors is not None:
                 self._fill_vectors(missing_vec, fetch_vectors)
-            self.seq = new_seq
+            self.seq, self.last_id = new_seq, changed[-1][0]
             if self.dead > max(1000, 0.3 * self.n) or (len(ids) >= _CLUSTER_MIN_ROWS and 2 * len(ids) > self.n):
                 self._compact()  # many dead rows, or a (cold) load of most rows: lay them out by region
             elif len(ids) > _DELTA_MAX_ROWS // 4 or self.n - self.base.rows > _DELTA_MAX_ROWS:
@@ -323,9 +324,9 @@ class LiveIndex:
             return False
         if seq and epoch is None:  # an index written before epochs: give it one
             epoch = lexical.ensure_epoch(r, self.collection)
-        if self.seq and (seq < self.seq or (self.epoch is not None and epoch != self.epoch)):
-            # the index was dropped and re-created, or Redis lost (or rolled back) its data:
-            # positions in the old log mean nothing now, so load everything again
+        if self.seq and self._log_diverged(r, epoch, seq):
+            # the index was dropped and re-created, or Redis lost its data or was restored from an
+            # older backup: positions in the old log mean nothing now, so load everything again
             log.warning(
                 "change log restarted: reloading the index",
                 extra={"collection": self.collection, "seq": seq, "was": self.seq},
@@ -333,6 +334,17 @@ class LiveIndex:
             self._reset()
         self.epoch = epoch
         return seq != self.seq
+
+    def _log_diverged(self, r: redis.Redis, epoch: str | None, seq: int) -> bool:
+        """Whether the log is no longer the one this index followed: another epoch, a counter
+        behind ours, or (a Redis restored from an older backup, then written past our position)
+        the last change we applied missing from it."""
+        if seq < self.seq or (self.epoch is not None and epoch != self.epoch):
+            return True
+        if seq > self.seq and self.last_id is not None:
+            score = r.zscore(lexical.prefix(self.collection) + "changes", self.last_id)
+            return score is None or int(score) < self.seq
+        return False
 
     def _reset(self) -> None:
         lock = self.lock

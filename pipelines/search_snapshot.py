@@ -105,6 +105,7 @@ class _View:
     collection: str
     seq: int
     epoch: str
+    last_id: str | None
     n: int
     dim: int | None
     n_alive: int
@@ -136,6 +137,7 @@ def _freeze(idx: LiveIndex) -> _View | None:
             collection=idx.collection,
             seq=idx.seq,
             epoch=idx.epoch,
+            last_id=idx.last_id,
             n=n,
             dim=idx.dim,
             n_alive=idx.n_alive,
@@ -247,6 +249,7 @@ def _write_files(folder: Path, v: _View, model: str) -> None:
         "collection": v.collection,
         "epoch": v.epoch,
         "seq": v.seq,
+        "last_id": v.last_id,
         "tokenizer": TOKENIZER_VERSION,
         "model": model,
         "dim": v.dim,
@@ -446,6 +449,7 @@ def _restore(folder: Path, man: dict) -> LiveIndex:
     idx.value_romaji = {f: {rom: set(cs) for rom, cs in values["romaji"].get(f, {}).items()} for f in CODE_FIELDS}
     idx.seq = idx.snapshot_seq = int(man["seq"])
     idx.epoch = str(man["epoch"])
+    idx.last_id = man.get("last_id")  # the first sync checks the log still holds it (a rolled-back Redis)
     idx.n, idx.cap, idx.dim = n, cap, (int(dim) if dim is not None else None)
     idx.n_alive, idx.total_len, idx.dead = int(man["n_alive"]), float(man["total_len"]), int(man["dead"])
     if idx.n_alive != live.shape[0]:

@@ -360,3 +360,39 @@ def test_a_recreated_index_is_reloaded_not_mixed(redis_client, tmp_path):
         assert search_snapshot.load(tmp_path, name, search_snapshot.Expect(now_epoch, seq, "m", None)) is None
     finally:
         lexical.drop_collection(r, name)
+
+
+def test_a_redis_restored_from_an_older_backup_is_not_mixed_with_a_newer_snapshot(redis_client, tmp_path):
+    """Restored from a backup older than the snapshot and then written past the snapshot's
+    position, the log has the same epoch and a larger counter, yet lacks changes the snapshot
+    holds: the first sync sees that the last change it applied is gone, and loads from Redis."""
+    import uuid
+
+    from pipelines.search_index import raw_client
+
+    name = f"test_restore_{uuid.uuid4().hex[:8]}"
+    r, raw = redis_client, raw_client(redis_client)
+
+    def chunk(id_):
+        return {"id": id_, "text": f"復元試験 {id_}", "metadata": {"id": id_, "region": "復元町"}}
+
+    lexical.index_chunks(r, name, [chunk("a"), chunk("b")])
+    backup = {key: raw.dump(key) for key in raw.scan_iter(match=lexical.prefix(name).encode() + b"*")}
+    lexical.index_chunks(r, name, [chunk("x")])  # after the backup
+    running = LiveIndex(name)
+    running.sync(r)
+    assert search_snapshot.write(running, tmp_path, "m") is not None
+    try:
+        lexical.drop_collection(r, name)  # restore the backup
+        for key, value in backup.items():
+            raw.restore(key, 0, value)
+        lexical.index_chunks(r, name, [chunk("y"), chunk("z")])  # and write past the snapshot's position
+        epoch, seq = lexical.position(r, name)
+        assert epoch == running.epoch and seq > running.seq
+        mapped = search_snapshot.load(tmp_path, name, search_snapshot.Expect(epoch, seq, "m", None))
+        assert mapped is not None and "x" in mapped.row_of  # the snapshot itself fits the stamp ...
+        for idx in (mapped, running):
+            idx.sync(r)  # ... but its last change is not in the log: reloaded from Redis
+            assert sorted(idx.row_of) == ["a", "b", "y", "z"]
+    finally:
+        lexical.drop_collection(r, name)
