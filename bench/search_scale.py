@@ -10,9 +10,10 @@ that snapshot, starts a second API process (it maps the snapshot and catches up)
                without a snapshot and with one (both include the process's imports and loading
                the embedding model; the "health" column is the time to its first /v1/health);
                and in this process: LiveIndex.sync from Redis vs search_snapshot.load + sync
-  memory       per API process after the latency run: RSS (file pages it touched count in full),
-               PSS (shared pages split among the processes mapping them) and USS (its own pages);
-               the snapshot's size on disk
+  memory       per API process: RSS, split into anonymous pages (its own heap) and file pages (the
+               mapped snapshot: page cache, shared by the processes of a host that map it), each
+               also less a baseline API process (same model, a 200-chunk collection); the
+               snapshot's size on disk
   latency      POST /v1/search (k=10) through the snapshot-mapped API, the query embedding
                included (every query text distinct, so no cache hits), no filter and a region
                filter (40 regions: ~1/40 of the rows pass); client p50/p99 and the server's own
@@ -115,14 +116,16 @@ def index_chunks_rate(r, base_chunks, base_emb, n: int) -> float:
 
 
 def memory(pid: int) -> dict[str, float]:
-    """RSS, PSS and USS (private pages) of a process, in MiB."""
+    """RSS of a process and its split (MiB): anonymous pages (its own heap: not shareable) and
+    file pages (the mapped snapshot, in the page cache: shared by every process mapping it; with
+    one process mapping it, the kernel counts them as that process's Private_Clean)."""
     out = {}
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
             key, _, rest = line.partition(":")
-            if key in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
+            if key in ("Rss", "Anonymous"):
                 out[key] = int(rest.split()[0]) / 1024
-    return {"rss": out["Rss"], "pss": out["Pss"], "uss": out["Private_Clean"] + out["Private_Dirty"]}
+    return {"rss": out["Rss"], "anon": out["Anonymous"], "file": out["Rss"] - out["Anonymous"]}
 
 
 def disk_mib(folder: Path) -> float:
@@ -214,7 +217,31 @@ def in_process_loads(r, name: str, model: str, snap_dir: Path) -> tuple[float, f
     return redis_s, map_s, time.perf_counter() - t
 
 
-def run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, args, tmp: Path) -> None:
+def baseline_memory(stack, r, r_raw, chroma, base_chunks, base_emb, args, tmp: Path) -> dict[str, float]:
+    """Memory of an API process serving a 200-chunk collection with the same model: the process
+    itself (interpreter, libraries, the embedding model) without an index worth the name."""
+    dim = base_emb.shape[1]
+    name = vector_index.collection_name(args.model, dim, 1)
+    vector_index.create_collection(chroma, name, args.model, dim)
+    fill_direct(r_raw, name, base_chunks, base_emb, 200, np.random.default_rng(1))
+    r.set(vector_index.ACTIVE_ALIAS_KEY, name)
+    svc, _, _ = first_answer(stack, tmp / "snaps-baseline", "api-baseline", 300)
+    with httpx.Client(base_url=svc.url, timeout=120) as client:
+        for i in range(20):
+            client.post("/v1/search", json={"query_text": f"辛口 {i}", "k": 10}).raise_for_status()
+    mem = memory(svc.proc.pid)
+    stack.kill(svc)
+    lexical.drop_collection(r, name)
+    chroma.delete_collection(name)
+    print(
+        f"baseline API process ({args.model}, 200 chunks, 20 searches): RSS {mem['rss']:.0f} MiB, "
+        f"anonymous {mem['anon']:.0f}",
+        flush=True,
+    )
+    return mem
+
+
+def run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, args, tmp: Path, base: dict) -> None:
     rng = np.random.default_rng(n)
     dim = base_emb.shape[1]
     name = vector_index.collection_name(args.model, dim, n)
@@ -271,9 +298,12 @@ def run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, 
         )
     warm_mem = memory(warm.proc.pid)
     print(
-        f"memory per API process at {n}: loaded from Redis RSS {cold_mem['rss']:.0f} MiB (USS {cold_mem['uss']:.0f}); "
-        f"mapped from the snapshot, after the latency run: RSS {warm_mem['rss']:.0f} MiB, PSS {warm_mem['pss']:.0f}, "
-        f"USS {warm_mem['uss']:.0f} (the rest is the snapshot's page cache, shared by every API process on the host)",
+        f"memory per API process at {n} (in brackets: less the baseline process): loaded from Redis RSS "
+        f"{cold_mem['rss']:.0f} MiB [{cold_mem['rss'] - base['rss']:.0f}], of it anonymous {cold_mem['anon']:.0f} "
+        f"[{cold_mem['anon'] - base['anon']:.0f}]; mapped from the snapshot, after the latency run: RSS "
+        f"{warm_mem['rss']:.0f} MiB [{warm_mem['rss'] - base['rss']:.0f}], of it anonymous {warm_mem['anon']:.0f} "
+        f"[{warm_mem['anon'] - base['anon']:.0f}] and snapshot pages {warm_mem['file'] - base['file']:.0f} (page "
+        "cache, shared by every API process of the host)",
         flush=True,
     )
     print(f"load average {os.getloadavg()[0]:.1f} after the latency run", flush=True)
@@ -319,8 +349,9 @@ def main() -> None:
             r, chroma = get_redis(), get_chroma()
             r.config_set("appendonly", "no")  # the bench's own Redis: no AOF rewrite (a fork) of gigabytes
             r_raw = redis.Redis.from_url(stack.redis_url, socket_timeout=120)
+            base = baseline_memory(stack, r, r_raw, chroma, base_chunks, base_emb, args, Path(tmp))
             for n in [int(x) for x in args.sizes.split(",")]:
-                run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, args, Path(tmp))
+                run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, args, Path(tmp), base)
         finally:
             stack.stop()
 
