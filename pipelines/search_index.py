@@ -17,10 +17,11 @@ readers never see a half-written row. Postings are kept row-major (CSR: row -> t
 the rows present at the last merge ("base"), with a column-major copy (CSC: term -> rows) for
 queries; rows added since then sit in small CSR blocks ("delta") whose own CSC is rebuilt lazily.
 The delta is merged into the base when it grows, and dead rows are compacted away when they pile
-up (amortised, in the syncing process only) and after a load of most of the index. A compaction
-lays the rows out by region, then brewery: a filter on them then reads one range of each posting
-list (bm25's span) and consecutive vectors (a region filter at 1M rows: ~5 ms of BM25 and cosine
-instead of ~45, bench/search_scale.py). Document frequencies are kept per term over the live
+up (amortised, in the syncing process only), and when most rows (a cold load, or many ingested
+since) are not yet laid out by region. A compaction lays the rows out by region, then brewery: a
+filter on them then reads one range of each posting list (bm25's span; plus the rows merged
+since) and mostly consecutive vectors (a region filter at 1M rows: BM25 + cosine ~8 ms instead of
+~45 at p50, bench/search_scale.py). Document frequencies are kept per term over the live
 rows, so BM25's idf needs no scan. Each row's stored metadata and text are kept as the bytes Redis
 holds (parsed only for the rows a query shows): at 1M chunks a dict per row would cost gigabytes.
 
@@ -61,7 +62,7 @@ CODE_FIELDS = ("category", "region", "brewery", "brand_name")
 BM25_K1, BM25_B = 1.2, 0.75
 _DELTA_MAX_ROWS = 2048  # rows held outside the base postings before they are merged in
 _FETCH_BATCH = 2000
-_CLUSTER_MIN_ROWS = 10_000  # a sync of at least this many rows, most of the index, is followed by a compaction
+_CLUSTER_MIN_ROWS = 10_000  # from this size, an index with > 30% of its rows not laid out by region is compacted
 _GATHER_ROWS = 512  # rows gathered per block for a filtered cosine (~0.8 MB at 384-d: stays in cache)
 _DOC_FIELDS = ("text", "terms", "tok", "meta", "vec")
 _TOK = TOKENIZER_VERSION.encode()
@@ -266,6 +267,7 @@ class LiveIndex:
         self.term_id: _TermIds = _TermIds()
         self.df = np.zeros(0, dtype=np.int64)  # live rows holding each term
         self.base = _concat_blocks([], 0)  # rows [0, base.rows)
+        self.clustered = 0  # base rows [0, clustered) are laid out by region (the last compaction)
         self.base_csc: _Columns | None = None
         self.delta: list[_Block] = []  # rows [base.rows, n)
         self._delta_starts: list[int] = []
@@ -310,8 +312,9 @@ class LiveIndex:
             if missing_vec and fetch_vectors is not None:
                 self._fill_vectors(missing_vec, fetch_vectors)
             self.seq, self.last_id = new_seq, changed[-1][0]
-            if self.dead > max(1000, 0.3 * self.n) or (len(ids) >= _CLUSTER_MIN_ROWS and 2 * len(ids) > self.n):
-                self._compact()  # many dead rows, or a (cold) load of most rows: lay them out by region
+            unclustered = self.n - self.clustered if self.n >= _CLUSTER_MIN_ROWS else 0
+            if self.dead > max(1000, 0.3 * self.n) or unclustered > 0.3 * self.n:
+                self._compact()  # many dead rows, or many rows not laid out by region (a cold load)
             elif len(ids) > _DELTA_MAX_ROWS // 4 or self.n - self.base.rows > _DELTA_MAX_ROWS:
                 self._merge_delta()
             return len(ids)
@@ -543,6 +546,7 @@ class LiveIndex:
         self.n = n
         self.row_of = {id_: i for i, id_ in enumerate(self.ids)}
         self.dead = 0
+        self.clustered = n
 
     # ---------------------------------------------------------------- queries (hold self.lock)
     def meta(self, row: int) -> dict:
@@ -595,15 +599,20 @@ class LiveIndex:
         return mask
 
     def _postings(self, tid: int, span: tuple[int, int] | None = None):
-        """(rows, tfs) parts of one term: the base column (only its rows in [span) when given: a
-        column's rows are sorted) and the delta column."""
+        """(rows, tfs) parts of one term: the base column and the delta column. Given a span of
+        the base's clustered rows, only the base rows in it and those past the clustered ones (a
+        column's rows are sorted, so both are slices)."""
         if self.base_csc is not None and tid < self.base_csc.n_terms:
             lo, hi = int(self.base_csc.indptr[tid]), int(self.base_csc.indptr[tid + 1])
-            if span is not None and hi > lo:
-                rows = self.base_csc.rows[lo:hi]
-                lo, hi = lo + int(np.searchsorted(rows, span[0])), lo + int(np.searchsorted(rows, span[1]))
-            if hi > lo:
-                yield self.base_csc.rows[lo:hi], self.base_csc.tfs[lo:hi]
+            if span is None:
+                if hi > lo:
+                    yield self.base_csc.rows[lo:hi], self.base_csc.tfs[lo:hi]
+            elif hi > lo:
+                col = self.base_csc.rows[lo:hi]
+                cuts = lo + np.searchsorted(col, [span[0], span[1], self.clustered])
+                for a, b in ((int(cuts[0]), int(cuts[1])), (int(cuts[2]), hi)):
+                    if b > a:
+                        yield self.base_csc.rows[a:b], self.base_csc.tfs[a:b]
         if self.delta:
             if self._delta_csc is None:
                 self._delta_csc = _csc(_concat_blocks(self.delta, self.base.rows), len(self.term_id))
@@ -622,10 +631,11 @@ class LiveIndex:
         return any(bool(allowed[rows].any()) for rows, _ in self._postings(tid))
 
     def _base_span(self, mask: np.ndarray | None) -> tuple[int, int] | None:
-        """[first, last + 1) of the base rows a mask allows: rows are laid out by region (then
-        brewery) at each compaction, so a filter on them allows one narrow range of the base, and
-        a posting list is cut to it before its rows are looked up in the mask."""
-        b = self.base.rows
+        """[first, last + 1) of the clustered base rows a mask allows: rows are laid out by region
+        (then brewery) at each compaction, so a filter on them allows one narrow range of them, and
+        a posting list is cut to it (plus the rows merged since) before its rows are looked up in
+        the mask."""
+        b = min(self.clustered, self.base.rows)
         if mask is None or not b:
             return None
         part = mask[:b]

@@ -109,6 +109,7 @@ class _View:
     n: int
     dim: int | None
     n_alive: int
+    clustered: int
     total_len: float
     dead: int
     alive: np.ndarray
@@ -141,6 +142,7 @@ def _freeze(idx: LiveIndex) -> _View | None:
             n=n,
             dim=idx.dim,
             n_alive=idx.n_alive,
+            clustered=min(idx.clustered, idx.base.rows),
             total_len=idx.total_len,
             dead=idx.dead,
             alive=idx.alive[:n].copy(),  # deletes write it in place
@@ -258,6 +260,7 @@ def _write_files(folder: Path, v: _View, model: str) -> None:
         "n_terms": len(v.terms),
         "nnz": int(post.tids.shape[0]),
         "n_alive": v.n_alive,
+        "clustered": v.clustered,
         "total_len": v.total_len,
         "dead": v.dead,
         "sha256": sums,
@@ -452,6 +455,7 @@ def _restore(folder: Path, man: dict) -> LiveIndex:
     idx.last_id = man.get("last_id")  # the first sync checks the log still holds it (a rolled-back Redis)
     idx.n, idx.cap, idx.dim = n, cap, (int(dim) if dim is not None else None)
     idx.n_alive, idx.total_len, idx.dead = int(man["n_alive"]), float(man["total_len"]), int(man["dead"])
+    idx.clustered = min(int(man["clustered"]), n)
     if idx.n_alive != live.shape[0]:
         raise ValueError(f"{live.shape[0]} live rows, the manifest says {idx.n_alive}")
     return idx

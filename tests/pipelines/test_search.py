@@ -332,17 +332,22 @@ def test_compaction_keeps_results(corpus):
         )
 
 
-@pytest.mark.parametrize("layout", ["as loaded", "compacted"])
+@pytest.mark.parametrize("layout", ["as loaded", "compacted", "compacted, then rows merged"])
 def test_bm25_and_cosine_under_a_filter_score_the_filtered_rows_as_without_it(corpus, layout):
     """Also after a compaction, which lays rows out by region so that a filter reads one range of
-    each posting list and of the vectors."""
+    each posting list and of the vectors, and with rows merged into the base after it."""
     idx = LiveIndex(corpus.name)
     idx.sync(corpus.r)
-    if layout == "compacted":
+    if layout != "as loaded":
         idx._compact()
-        assert idx.base.rows == idx.n and not idx.delta
+        assert idx.base.rows == idx.n == idx.clustered and not idx.delta
         regions = idx.codes["region"][: idx.n]
         assert (np.diff(regions) >= 0).all()  # one run per region
+    if layout == "compacted, then rows merged":
+        again = [c["id"] for c in corpus.chunks[::3]]
+        idx.apply(again, _stored_docs(corpus, again))  # updates: new rows past the clustered ones
+        idx._merge_delta()
+        assert idx.base.rows == idx.n > idx.clustered and idx.dead == len(again)
     q = np.asarray(corpus.embeddings[3], dtype=np.float32)
     region = corpus.labels[0].region
     for filters in ({"region": [region]}, {"region": [region, corpus.labels[1].region]}, {"category": ["juice"]}):
