@@ -20,7 +20,9 @@ noisy).
 Cold load: the seconds a fresh process takes to load the whole collection from Redis
 (pipelines.search_index.LiveIndex.sync, the code every API process runs at start-up), and the
 first query the running API answers after the fill (it applies the n new chunks on that query;
-past the route's 2 s limit it answers 408 while the sync finishes in its thread).
+past the route's 2 s limit it answers 408 while the sync finishes in its thread). A new process
+with a snapshot on its host maps it instead: bench/search_scale.py measures that, memory per
+process, and 1M chunks.
 """
 
 from __future__ import annotations

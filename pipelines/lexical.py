@@ -17,6 +17,9 @@ Keys (prefix `yana:lex:{collection}:`):
   seq        change counter
   changes    zset id -> seq of its last change (deleted ids stay as tombstones: no doc hash)
   count      number of indexed chunks
+  epoch      a random token set when the collection's index is first written: a dropped and
+             re-created index (or a Redis that lost its data) gets a new one, so a position in
+             the change log is only meaningful together with the epoch it was read under
 
 Why a copy of the vectors: a cold search process loads 100k vectors from Redis in about a second,
 Chroma's HTTP `get` takes ~15 s for the same (JSON floats). float16 halves the memory; ranking
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections import Counter
 
 import numpy as np
@@ -80,11 +84,13 @@ def vec_bytes(embedding) -> bytes:
     return np.asarray(embedding, dtype=np.float32).astype(np.float16).tobytes()
 
 
-# KEYS[1] = prefix. ARGV: groups of (id, text, terms, tok, meta, vec)
+# KEYS[1] = prefix. ARGV[1] = a fresh epoch token (kept only when the index has none yet), then
+# groups of (id, text, terms, tok, meta, vec)
 _INDEX = """
 local p = KEYS[1]
+redis.call('SET', p .. 'epoch', ARGV[1], 'NX')
 local seq = 0
-for i = 1, #ARGV, 6 do
+for i = 2, #ARGV, 6 do
   local id = ARGV[i]
   local dk = p .. 'doc:' .. id
   if redis.call('DEL', dk) == 0 then redis.call('INCR', p .. 'count') end
@@ -133,7 +139,7 @@ def index_chunks(r: redis.Redis, collection: str, chunks: list[dict]) -> None:
     script = r.register_script(_INDEX)
     p = prefix(collection)
     for i in range(0, len(chunks), _BATCH):
-        args: list = []
+        args: list = [uuid.uuid4().hex]
         for chunk in chunks[i : i + _BATCH]:
             args.extend(_chunk_args(chunk))
         script(keys=[p], args=args)
@@ -159,6 +165,22 @@ def drop_collection(r: redis.Redis, collection: str) -> None:
             batch.clear()
     if batch:
         r.delete(*batch)
+
+
+def ensure_epoch(r: redis.Redis, collection: str) -> str:
+    """The collection's epoch, set now when its index predates epochs."""
+    key = prefix(collection) + "epoch"
+    r.set(key, uuid.uuid4().hex, nx=True)
+    value = r.get(key)
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def position(r: redis.Redis, collection: str) -> tuple[str | None, int]:
+    """(epoch, change counter), read together."""
+    epoch, seq = r.mget(prefix(collection) + "epoch", prefix(collection) + "seq")
+    if isinstance(epoch, bytes):
+        epoch = epoch.decode()
+    return epoch, int(seq or 0)
 
 
 def current_seq(r: redis.Redis, collection: str) -> int:

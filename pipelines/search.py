@@ -46,11 +46,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from pipelines import glossary as glossary_mod
-from pipelines import imaging, labels, lexical, vector_index
+from pipelines import imaging, labels, lexical, search_snapshot, vector_index
 from pipelines.embedding import get_embedder, resolve_default_model
 from pipelines.search_index import LiveIndex
 from pipelines.tokenize_ja import DEFAULT_SCHEME, GLOSS_PREFIX, NO_GLOSSARY, normalize, tokenize
@@ -74,29 +75,78 @@ _BACKFILL_CHECK_S = 10.0
 
 # ------------------------------------------------------------------ process-wide state
 _indexes: OrderedDict[str, LiveIndex] = OrderedDict()
-_collection_model: dict[str, str] = {}
+_indexes_lock = threading.Lock()
+_collection_model: dict[str, tuple[str, int]] = {}
 _backfill_checked: dict[str, float] = {}
 
 
-def live_index(collection: str) -> LiveIndex:
+def live_index(collection: str, r=None, chroma=None) -> LiveIndex:
+    """This process's index of `collection`; a new one is mapped from the newest usable snapshot
+    on this host (given r and chroma to check it against), else starts empty (the next sync
+    loads it from Redis)."""
     idx = _indexes.get(collection)
     if idx is None:
-        idx = _indexes[collection] = LiveIndex(collection)
-        while len(_indexes) > _MAX_LIVE_INDEXES:  # an old collection after a re-embed
-            _indexes.popitem(last=False)
+        with _indexes_lock:  # one snapshot mapping per collection, not one per waiting request
+            idx = _indexes.get(collection)
+            if idx is None:
+                idx = _indexes[collection] = _mapped(collection, r, chroma) or LiveIndex(collection)
+                while len(_indexes) > _MAX_LIVE_INDEXES:  # an old collection after a re-embed
+                    _indexes.popitem(last=False)
     _indexes.move_to_end(collection)
     return idx
+
+
+def _snapshot_root() -> Path | None:
+    s = get_settings()
+    if not s.search_snapshots:
+        return None
+    return s.search_snapshot_dir or s.data_dir / "search-snapshots"
+
+
+def _mapped(collection: str, r, chroma) -> LiveIndex | None:
+    root = _snapshot_root()
+    if root is None or r is None or chroma is None:
+        return None
+    try:
+        model, dim = _model_dim(chroma, collection)
+        epoch, seq = lexical.position(r, collection)
+        if seq and epoch is None:
+            epoch = lexical.ensure_epoch(r, collection)
+        return search_snapshot.load(root, collection, search_snapshot.Expect(epoch, seq, model, dim))
+    except Exception:  # no snapshot is only slower: the sync loads from Redis
+        log.warning("search snapshot not mapped", exc_info=True, extra={"collection": collection})
+        return None
+
+
+def _maybe_snapshot(idx: LiveIndex, chroma, collection: str) -> None:
+    """After a sync: have a snapshot written in the background when the index is far enough past
+    the newest one (pipelines.search_snapshot.maybe_write; a cheap check otherwise)."""
+    s = get_settings()
+    root = _snapshot_root()
+    if root is None or idx.seq - idx.snapshot_seq < s.search_snapshot_min_changes:
+        return
+    search_snapshot.maybe_write(
+        idx,
+        root,
+        _model_of(chroma, collection),
+        min_changes=s.search_snapshot_min_changes,
+        min_interval_s=s.search_snapshot_interval_s,
+    )
 
 
 def _chroma_collection(chroma, name: str):
     return vector_index.open_collection(chroma, name)
 
 
+def _model_dim(chroma, name: str) -> tuple[str, int]:
+    got = _collection_model.get(name)
+    if got is None:
+        got = _collection_model[name] = vector_index.collection_model(_chroma_collection(chroma, name))
+    return got
+
+
 def _model_of(chroma, name: str) -> str:
-    model = _collection_model.get(name)
-    if model is None:
-        model = _collection_model[name] = vector_index.collection_model(_chroma_collection(chroma, name))[0]
-    return model
+    return _model_dim(chroma, name)[0]
 
 
 @lru_cache(maxsize=1024)
@@ -166,8 +216,10 @@ def warm(r=None, chroma=None) -> int:
         return 0
     chroma = chroma or get_chroma()
     _query_vector(_model_of(chroma, name), "warm-up")  # loads the embedding model too
-    idx = live_index(name)
-    idx.sync(r, _fetcher(chroma, name))
+    idx = live_index(name, r, chroma)
+    with idx.lock:
+        idx.sync(r, _fetcher(chroma, name))
+        _maybe_snapshot(idx, chroma, name)
     return idx.n_alive
 
 
@@ -257,7 +309,7 @@ class _Dedup:
             return True
         same = self.products.get((h["brand_name"], h["product_name"])) if h["product_name"] else None
         if same and self.idx.has_vec[row]:
-            sims = self.idx.vecs[same] @ self.idx.vecs[row]
+            sims = self.idx.vectors(same) @ self.idx.vectors(row)
             if float(sims.max()) >= DUP_COSINE:
                 return True
         self.docs.add(h["doc_id"])
@@ -347,6 +399,7 @@ def _sync(idx: LiveIndex, r, chroma, collection: str, timing: dict[str, float]) 
     if not idx.n_alive:
         _maybe_backfill(r, chroma, idx)
         idx.sync(r, _fetcher(chroma, collection))
+    _maybe_snapshot(idx, chroma, collection)
     timing["sync_ms"] = (time.perf_counter() - t) * 1e3
 
 
@@ -382,8 +435,6 @@ def _meta_bonus(idx: LiveIndex, matched: dict[str, set[int]], pick, n: int) -> n
 
 
 def _cosine(idx: LiveIndex, rows: np.ndarray, pick, vector: Future, timing: dict) -> np.ndarray:
-    selective = idx.dim is not None and rows.shape[0] * 4 < idx.n
-    sub = idx.vecs[rows] if selective else None  # a selective filter: gather only its rows
     qvec, timing["embed_ms"] = vector.result()  # already done: search() waited outside the lock
     if idx.dim is not None and idx.dim != qvec.shape[0]:
         raise YanaError.of(
@@ -391,9 +442,9 @@ def _cosine(idx: LiveIndex, rows: np.ndarray, pick, vector: Future, timing: dict
         )
     if idx.dim is None:
         return np.zeros(rows.shape[0], dtype=np.float32)
-    if sub is not None:
-        return sub @ qvec
-    return pick(idx.vecs[: idx.n] @ qvec)  # gathering most rows would copy the matrix: one product, then pick
+    if rows.shape[0] * 4 < idx.n:  # a selective filter: only its rows
+        return idx.cosine(qvec, rows)
+    return pick(idx.cosine(qvec))  # gathering most rows would copy the matrix: one product, then pick
 
 
 def _fuse(sc: _Scored, mode: str, w_lex: float) -> np.ndarray:
@@ -456,7 +507,7 @@ def _present(idx: LiveIndex, ranked: _Ranked, page: int, size: int, debug: bool)
         # A label's image, from any API host whatever the blob store (file_path is this host's disk).
         hit["image_url"] = labels.image_url(h["id"]) if h["source"] == "label" else None
         hit["ingested_at"] = h["ingested_at"]
-        hit["text"] = idx.texts[row]
+        hit["text"] = idx.text(row)
         hits.append(hit)
         if debug:
             dbg_hits.append(
@@ -518,7 +569,7 @@ def search(
     browse = not q
     recency = sort_by == "recency" or browse
 
-    idx = live_index(collection)
+    idx = live_index(collection, r, chroma)
     if query.vector is not None:
         # Catch up while the query is embedded, then wait for the embedding WITHOUT the index
         # lock: a slow model (or the thread of a request that already timed out) must not hold

@@ -17,8 +17,16 @@ readers never see a half-written row. Postings are kept row-major (CSR: row -> t
 the rows present at the last merge ("base"), with a column-major copy (CSC: term -> rows) for
 queries; rows added since then sit in small CSR blocks ("delta") whose own CSC is rebuilt lazily.
 The delta is merged into the base when it grows, and dead rows are compacted away when they pile
-up (amortised, in the syncing process only). Document frequencies are kept per term over the live
-rows, so BM25's idf needs no scan.
+up (amortised, in the syncing process only), and when most rows (a cold load, or many ingested
+since) are not yet laid out by region. A compaction lays the rows out by region, then brewery: a
+filter on them then reads one range of each posting list (bm25's span; plus the rows merged
+since) and mostly consecutive vectors (a region filter at 1M rows: BM25 + cosine ~8 ms instead of
+~45 at p50, bench/search_scale.py). Document frequencies are kept per term over the live
+rows, so BM25's idf needs no scan. Each row's stored metadata and text are kept as the bytes Redis
+holds (parsed only for the rows a query shows): at 1M chunks a dict per row would cost gigabytes.
+
+Warm start: pipelines.search_snapshot writes this state to disk and maps it into a new process
+(the arrays copy-on-write), which then syncs only the changes after the snapshot's position.
 
 Loading is vectorised: a cold process applies a batch of chunks with a handful of numpy calls per
 batch (term ids through one C-level dict map, vectors through one frombuffer, filter codes through
@@ -33,6 +41,7 @@ import bisect
 import gc
 import logging
 import math
+import mmap
 import threading
 from collections.abc import Callable
 from itertools import chain
@@ -53,6 +62,8 @@ CODE_FIELDS = ("category", "region", "brewery", "brand_name")
 BM25_K1, BM25_B = 1.2, 0.75
 _DELTA_MAX_ROWS = 2048  # rows held outside the base postings before they are merged in
 _FETCH_BATCH = 2000
+_CLUSTER_MIN_ROWS = 10_000  # from this size, an index with > 30% of its rows not laid out by region is compacted
+_GATHER_ROWS = 512  # rows gathered per block for a filtered cosine (~0.8 MB at 384-d: stays in cache)
 _DOC_FIELDS = ("text", "terms", "tok", "meta", "vec")
 _TOK = TOKENIZER_VERSION.encode()
 
@@ -138,6 +149,57 @@ def _number(v) -> float:
         return 0.0
 
 
+class Blobs:
+    """One byte string per row (a chunk's stored metadata JSON, its indexed text). Rows [0, frozen)
+    sit in one buffer with offsets (packed at a compaction, or mapped from a snapshot and then
+    shared by every process that maps it); rows appended since are a list. Read a row at a time."""
+
+    __slots__ = ("buf", "off", "frozen", "tail")
+
+    def __init__(self, buf: bytes | mmap.mmap = b"", off: np.ndarray | None = None):
+        self.buf = buf
+        self.off = np.zeros(1, dtype=np.int64) if off is None else off
+        self.frozen = int(self.off.shape[0]) - 1
+        self.tail: list[bytes] = []
+
+    def __len__(self) -> int:
+        return self.frozen + len(self.tail)
+
+    def __getitem__(self, row: int) -> bytes:
+        if row < self.frozen:
+            return bytes(self.buf[int(self.off[row]) : int(self.off[row + 1])])
+        return self.tail[row - self.frozen]
+
+    def extend(self, items: list[bytes]) -> None:
+        self.tail.extend(items)
+
+    def drop(self, row: int) -> None:
+        """Forget a dead row's bytes (frozen rows cost nothing: they go at the next compaction)."""
+        if row >= self.frozen:
+            self.tail[row - self.frozen] = b""
+
+    def take(self, rows) -> Blobs:
+        """The given rows, packed into one buffer."""
+        parts = [self[int(i)] for i in rows]
+        off = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=off[1:])
+        return Blobs(b"".join(parts), off)
+
+
+class _Columns:
+    """Term -> rows postings (CSC) of the rows of a block: rows[indptr[t]:indptr[t + 1]] hold term
+    t with the tfs beside them. Plain arrays, so they can be mapped read-only from a snapshot."""
+
+    __slots__ = ("indptr", "rows", "tfs")
+
+    def __init__(self, indptr: np.ndarray, rows: np.ndarray, tfs: np.ndarray):
+        self.indptr, self.rows, self.tfs = indptr, rows, tfs
+
+    @property
+    def n_terms(self) -> int:
+        return int(self.indptr.shape[0]) - 1
+
+
 class _Block:
     """Postings of consecutive rows [start, start + len(indptr) - 1), row-major."""
 
@@ -169,9 +231,10 @@ def _concat_blocks(blocks: list[_Block], start: int) -> _Block:
     )
 
 
-def _csc(block: _Block, n_terms: int) -> sparse.csc_matrix:
+def _csc(block: _Block, n_terms: int) -> _Columns:
     csr = sparse.csr_matrix((block.tfs, block.tids, block.indptr), shape=(block.rows, max(1, n_terms)))
-    return csr.tocsc()
+    csc = csr.tocsc()
+    return _Columns(csc.indptr.astype(np.int64), csc.indices.astype(np.int32), csc.data.astype(np.float32))
 
 
 class LiveIndex:
@@ -181,16 +244,17 @@ class LiveIndex:
         self.collection = collection
         self.lock = threading.RLock()
         self.seq = 0
+        self.epoch: str | None = None  # the change log's epoch seq was read under (pipelines.lexical)
+        self.snapshot_seq = 0  # position of the newest snapshot this process mapped or wrote
+        self.last_id: str | None = None  # the id whose change is at position seq
         self.n = 0
         self.cap = 0
         self.dim: int | None = None
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
-        # parsed metadata per row (dead rows: None); hit fields are built from it for shown rows
-        # only. Dicts of strings and numbers drop out of the cyclic GC's tracking, so 100k of them
-        # add nothing to a full collection's pause.
-        self.metas: list[dict | None] = []
-        self.texts: list[str] = []
+        # stored metadata JSON and indexed text per row (dead rows: b""), parsed for shown rows only
+        self.metas = Blobs()
+        self.texts = Blobs()
         self.alive = np.zeros(0, dtype=bool)
         self.has_vec = np.zeros(0, dtype=bool)
         self.vecs = np.zeros((0, 0), dtype=np.float32)
@@ -203,10 +267,11 @@ class LiveIndex:
         self.term_id: _TermIds = _TermIds()
         self.df = np.zeros(0, dtype=np.int64)  # live rows holding each term
         self.base = _concat_blocks([], 0)  # rows [0, base.rows)
-        self.base_csc: sparse.csc_matrix | None = None
+        self.clustered = 0  # base rows [0, clustered) are laid out by region (the last compaction)
+        self.base_csc: _Columns | None = None
         self.delta: list[_Block] = []  # rows [base.rows, n)
         self._delta_starts: list[int] = []
-        self._delta_csc: sparse.csc_matrix | None = None
+        self._delta_csc: _Columns | None = None
         self.n_alive = 0
         self.total_len = 0.0
         self.dead = 0
@@ -216,14 +281,14 @@ class LiveIndex:
         """Apply every change recorded since the last sync; returns the number of ids applied."""
         with self.lock:
             p = lexical.prefix(self.collection)
-            if int(r.get(p + "seq") or 0) == self.seq:
+            if not self._log_moved(r):
                 return 0
             changed = r.zrangebyscore(p + "changes", f"({self.seq}", "+inf", withscores=True)
             if not changed:
                 return 0
             # Every doc fetched below is at least as new as its change entry, so taking the
             # highest score seen as the new position loses no change (a later one shows up again).
-            new_seq = int(max(score for _, score in changed))
+            new_seq = int(changed[-1][1])  # in score order
             ids = [i for i, _ in changed]
             self._grow(self.n + len(ids))  # once, not by doubling while a cold load streams in
             raw = raw_client(r)
@@ -246,12 +311,48 @@ class LiveIndex:
                     gc.enable()
             if missing_vec and fetch_vectors is not None:
                 self._fill_vectors(missing_vec, fetch_vectors)
-            self.seq = new_seq
-            if self.dead > max(1000, 0.3 * self.n):
-                self._compact()
+            self.seq, self.last_id = new_seq, changed[-1][0]
+            unclustered = self.n - self.clustered if self.n >= _CLUSTER_MIN_ROWS else 0
+            if self.dead > max(1000, 0.3 * self.n) or unclustered > 0.3 * self.n:
+                self._compact()  # many dead rows, or many rows not laid out by region (a cold load)
             elif len(ids) > _DELTA_MAX_ROWS // 4 or self.n - self.base.rows > _DELTA_MAX_ROWS:
                 self._merge_delta()
             return len(ids)
+
+    def _log_moved(self, r: redis.Redis) -> bool:
+        """Whether the change log holds changes this index has not applied (one Redis call when
+        nothing changed). A log that restarted resets the index first."""
+        epoch, seq = lexical.position(r, self.collection)
+        if seq == self.seq and (epoch == self.epoch or epoch is None):
+            return False
+        if seq and epoch is None:  # an index written before epochs: give it one
+            epoch = lexical.ensure_epoch(r, self.collection)
+        if self.seq and self._log_diverged(r, epoch, seq):
+            # the index was dropped and re-created, or Redis lost its data or was restored from an
+            # older backup: positions in the old log mean nothing now, so load everything again
+            log.warning(
+                "change log restarted: reloading the index",
+                extra={"collection": self.collection, "seq": seq, "was": self.seq},
+            )
+            self._reset()
+        self.epoch = epoch
+        return seq != self.seq
+
+    def _log_diverged(self, r: redis.Redis, epoch: str | None, seq: int) -> bool:
+        """Whether the log is no longer the one this index followed: another epoch, a counter
+        behind ours, or (a Redis restored from an older backup, then written past our position)
+        the last change we applied missing from it."""
+        if seq < self.seq or (self.epoch is not None and epoch != self.epoch):
+            return True
+        if seq > self.seq and self.last_id is not None:
+            score = r.zscore(lexical.prefix(self.collection) + "changes", self.last_id)
+            return score is None or int(score) < self.seq
+        return False
+
+    def _reset(self) -> None:
+        lock = self.lock
+        self.__init__(self.collection)  # type: ignore[misc]
+        self.lock = lock
 
     def apply(self, ids: list[str], docs: list) -> list[str]:
         """Apply changed chunks: docs[i] = [text, terms, tok, meta, vec] (bytes; meta None = deleted).
@@ -307,19 +408,20 @@ class LiveIndex:
         self.total_len -= float(self.doclen[row])
         self.dead += 1
         self.df[self._row_terms(row)] -= 1  # a row's term ids are distinct
-        self.metas[row] = None
-        self.texts[row] = ""
+        self.metas.drop(row)
+        self.texts.drop(row)
 
     def _append(self, present: list[tuple[str, list]]) -> list[str]:
         m, start = len(present), self.n
         self._grow(start + m)
         ids = [id_ for id_, _ in present]
-        texts = [d[0].decode() if d[0] else "" for _, d in present]
+        texts = [d[0] or b"" for _, d in present]
         tf_maps = [
-            orjson.loads(d[1]) if d[2] == _TOK and d[1] else lexical.terms_of(text)  # other tokenizer: re-tokenize
+            orjson.loads(d[1]) if d[2] == _TOK and d[1] else lexical.terms_of(text.decode())  # other tokenizer
             for (_, d), text in zip(present, texts, strict=True)
         ]
-        metas = [orjson.loads(d[3]) for _, d in present]
+        raw_metas = [d[3] for _, d in present]
+        metas = [orjson.loads(m) for m in raw_metas]
 
         lens = np.fromiter(map(len, tf_maps), dtype=np.int64, count=m)
         indptr = np.zeros(m + 1, dtype=np.int64)
@@ -353,8 +455,8 @@ class LiveIndex:
         self.alive[sl] = True
         self.has_vec[sl] = False
         self.ids += ids
-        self.metas += metas
-        self.texts += texts
+        self.metas.extend(raw_metas)
+        self.texts.extend(texts)
         self.row_of.update(zip(ids, range(start, start + m), strict=True))
         self.n += m
         self.n_alive += m
@@ -415,6 +517,9 @@ class LiveIndex:
         """Drop dead rows (renumbering the live ones) and rebuild the postings."""
         self._merge_delta()
         keep = np.flatnonzero(self.alive[: self.n])
+        # the rows of one region (within it, one brewery) side by side: a filter on them then reads
+        # one contiguous range of vectors and of each posting list (bm25's span)
+        keep = keep[np.lexsort((keep, self.codes["brewery"][keep], self.codes["region"][keep]))]
         csr = sparse.csr_matrix(
             (self.base.tfs, self.base.tids, self.base.indptr), shape=(self.n, max(1, len(self.term_id)))
         )
@@ -422,8 +527,8 @@ class LiveIndex:
         self.base = _Block(0, csr.indptr.astype(np.int64), csr.indices.astype(np.int32), csr.data.astype(np.float32))
         self.base_csc = _csc(self.base, len(self.term_id))
         self.ids = [self.ids[i] for i in keep]
-        self.metas = [self.metas[i] for i in keep]
-        self.texts = [self.texts[i] for i in keep]
+        self.metas = self.metas.take(keep)
+        self.texts = self.texts.take(keep)
         n = len(keep)
         for name in ("alive", "has_vec", "doclen", "ts"):
             a = getattr(self, name)
@@ -441,11 +546,45 @@ class LiveIndex:
         self.n = n
         self.row_of = {id_: i for i, id_ in enumerate(self.ids)}
         self.dead = 0
+        self.clustered = n
 
     # ---------------------------------------------------------------- queries (hold self.lock)
+    def meta(self, row: int) -> dict:
+        """A live row's stored metadata."""
+        raw = self.metas[row]
+        return orjson.loads(raw) if raw else {}
+
+    def text(self, row: int) -> str:
+        """A live row's indexed text."""
+        return self.texts[row].decode()
+
     def hit(self, row: int) -> dict:
         """The hit fields of a live row."""
-        return hit_fields(self.ids[row], self.metas[row] or {})
+        return hit_fields(self.ids[row], self.meta(row))
+
+    def vectors(self, rows) -> np.ndarray:
+        """The (unit) vectors of the given rows."""
+        return self.vecs[rows]
+
+    def cosine(self, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """q's cosine with every row [0, n) (rows=None) or with the given rows. A selection is
+        gathered in cache-sized blocks: one big gather would write and re-read the selected
+        rows through memory, the main cost at 1M rows."""
+        q = np.asarray(q, dtype=self.vecs.dtype)
+        if rows is None:
+            return self.vecs[: self.n] @ q
+        out = np.empty(rows.shape[0], dtype=np.float32)
+        buf = np.empty((min(_GATHER_ROWS, rows.shape[0]), self.vecs.shape[1]), dtype=self.vecs.dtype)
+        for s in range(0, rows.shape[0], _GATHER_ROWS):
+            part = rows[s : s + _GATHER_ROWS]
+            first, last = int(part[0]), int(part[-1])
+            if last - first + 1 == part.shape[0]:  # consecutive rows (a region's, after a compaction): no copy
+                block = self.vecs[first : last + 1]
+            else:
+                block = buf[: part.shape[0]]
+                np.take(self.vecs, part, axis=0, out=block)
+            np.dot(block, q, out=out[s : s + part.shape[0]])
+        return out
 
     def filter_mask(self, filters: dict[str, list[str]]) -> np.ndarray:
         """Rows alive and matching every filter (values of one field are OR-ed), as a mask over n."""
@@ -459,20 +598,29 @@ class LiveIndex:
             mask &= col == codes[0] if len(codes) == 1 else np.isin(col, codes)
         return mask
 
-    def _postings(self, tid: int):
-        """(rows, tfs) parts of one term: the base column and the delta column."""
-        if self.base_csc is not None and tid < self.base_csc.shape[1]:
-            lo, hi = self.base_csc.indptr[tid], self.base_csc.indptr[tid + 1]
-            if hi > lo:
-                yield self.base_csc.indices[lo:hi], self.base_csc.data[lo:hi]
+    def _postings(self, tid: int, span: tuple[int, int] | None = None):
+        """(rows, tfs) parts of one term: the base column and the delta column. Given a span of
+        the base's clustered rows, only the base rows in it and those past the clustered ones (a
+        column's rows are sorted, so both are slices)."""
+        if self.base_csc is not None and tid < self.base_csc.n_terms:
+            lo, hi = int(self.base_csc.indptr[tid]), int(self.base_csc.indptr[tid + 1])
+            if span is None:
+                if hi > lo:
+                    yield self.base_csc.rows[lo:hi], self.base_csc.tfs[lo:hi]
+            elif hi > lo:
+                col = self.base_csc.rows[lo:hi]
+                cuts = lo + np.searchsorted(col, [span[0], span[1], self.clustered])
+                for a, b in ((int(cuts[0]), int(cuts[1])), (int(cuts[2]), hi)):
+                    if b > a:
+                        yield self.base_csc.rows[a:b], self.base_csc.tfs[a:b]
         if self.delta:
             if self._delta_csc is None:
                 self._delta_csc = _csc(_concat_blocks(self.delta, self.base.rows), len(self.term_id))
             d = self._delta_csc
-            if tid < d.shape[1]:
+            if tid < d.n_terms:
                 lo, hi = d.indptr[tid], d.indptr[tid + 1]
                 if hi > lo:
-                    yield d.indices[lo:hi] + self.base.rows, d.data[lo:hi]
+                    yield d.rows[lo:hi] + self.base.rows, d.tfs[lo:hi]
 
     def carries(self, term: str, mask: np.ndarray | None = None) -> bool:
         """Whether any live row (in `mask`, when given) holds `term`."""
@@ -481,6 +629,20 @@ class LiveIndex:
             return False
         allowed = self.alive[: self.n] if mask is None else mask
         return any(bool(allowed[rows].any()) for rows, _ in self._postings(tid))
+
+    def _base_span(self, mask: np.ndarray | None) -> tuple[int, int] | None:
+        """[first, last + 1) of the clustered base rows a mask allows: rows are laid out by region
+        (then brewery) at each compaction, so a filter on them allows one narrow range of them, and
+        a posting list is cut to it (plus the rows merged since) before its rows are looked up in
+        the mask."""
+        b = min(self.clustered, self.base.rows)
+        if mask is None or not b:
+            return None
+        part = mask[:b]
+        first = int(part.argmax())
+        if not part[first]:
+            return (0, 0)
+        return first, b - int(part[::-1].argmax())
 
     def bm25(self, terms: list[str], mask: np.ndarray | None = None) -> np.ndarray:
         """BM25 for the query's distinct terms, over all n rows; only rows in `mask` (default: the
@@ -491,6 +653,7 @@ class LiveIndex:
             return scores
         allowed = self.alive[: self.n] if mask is None else mask
         every_row = mask is None and self.n_alive == self.n  # nothing to drop from a posting list
+        span = self._base_span(mask)
         avgdl = max(self.total_len / self.n_alive, 1e-6)
         for term in dict.fromkeys(terms):
             tid = self.term_id.get(term)
@@ -498,7 +661,7 @@ class LiveIndex:
                 continue
             df = int(self.df[tid])
             idf = math.log(1.0 + (self.n_alive - df + 0.5) / (df + 0.5))
-            for rows, tf in self._postings(tid):
+            for rows, tf in self._postings(tid, span):
                 if not every_row:
                     keep = allowed[rows]
                     rows, tf = rows[keep], tf[keep]

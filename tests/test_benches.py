@@ -49,6 +49,7 @@ TINY = {
     "reembed_swap.py": ["--n", "12"],
     "search_eval.py": ["--seeds", "0", "--labels", "120"],
     "search_latency.py": ["--sizes", "2000", "--queries", "10", "--repeat", "1", "--labels", "200"],
+    "search_scale.py": ["--sizes", "2000", "--queries", "10", "--repeat", "1", "--labels", "200"],
 }
 
 

@@ -124,6 +124,14 @@ class Settings(BaseSettings):
     search_warm_on_start: bool = True
     # A search waits at most this long for its query embedding (the model is an outside call).
     search_embed_timeout_s: float = 10.0
+    # On-disk snapshots of the in-memory search index (pipelines.search_snapshot): a new API process
+    # maps the newest one and syncs only the changes after it. A process writes one (in the
+    # background) when its index is SEARCH_SNAPSHOT_MIN_CHANGES past the newest it knows of, at
+    # most every SEARCH_SNAPSHOT_INTERVAL_S. Empty folder: DATA_DIR/search-snapshots.
+    search_snapshots: bool = True
+    search_snapshot_dir: Path | None = None
+    search_snapshot_min_changes: int = 2000
+    search_snapshot_interval_s: float = 120.0
 
     # --- inline retrieve (/v1/retrieve) -----------------------------------------------------
     # Chunk embeddings are cached in Redis by (model, sha256 of the chunk text) for this long.

