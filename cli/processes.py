@@ -112,6 +112,20 @@ def _http_ok(url: str) -> Callable[[], bool]:
     return check
 
 
+def redis_pings(url: str) -> Callable[[], bool]:
+    """Health check of a Redis server: it answers PING within a second."""
+
+    def healthy() -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    return healthy
+
+
 def start_redis(data_dir: Path, port: int, log_dir: Path, env: dict) -> Service:
     redis_dir = data_dir / "redis"
     redis_dir.mkdir(parents=True, exist_ok=True)
@@ -134,16 +148,7 @@ def start_redis(data_dir: Path, port: int, log_dir: Path, env: dict) -> Service:
     ]
     proc, log_path = _spawn("redis", argv, env, log_dir)
     url = f"redis://127.0.0.1:{port}/0"
-
-    def healthy() -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
-
-    return Service("redis", proc, url, log_path, healthy, tier=1)
+    return Service("redis", proc, url, log_path, redis_pings(url), tier=1)
 
 
 def start_chroma(path: Path, port: int, log_dir: Path, env: dict) -> Service:

@@ -21,7 +21,7 @@ import httpx
 import redis
 
 from cli import processes
-from cli.processes import Service, _spawn, free_port, redis_server_binary
+from cli.processes import Service, _spawn, free_port, redis_pings, redis_server_binary
 from pipelines.jobs import job_key
 from tests import stack as test_stack
 from tests.stack import TEST_ENV, wait_for, wait_job
@@ -37,14 +37,7 @@ def redis_node(st: test_stack.TestStack, name: str, port: int, *extra: str) -> S
     argv += ["--appendonly", "yes", "--save", "", *extra]
     proc, log = _spawn(name, argv, st.env, st.log_dir)
     url = f"redis://127.0.0.1:{port}/0"
-
-    def healthy() -> bool:
-        try:
-            return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
-
-    return st.add(Service(name, proc, url, log, healthy, tier=1))
+    return st.add(Service(name, proc, url, log, redis_pings(url), tier=1))
 
 
 def sentinel(st: test_stack.TestStack, name: str, port: int, master_port: int) -> Service:
