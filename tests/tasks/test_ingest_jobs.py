@@ -106,7 +106,10 @@ def test_kill9_during_a_200_image_job_indexes_each_image_once(jstack, client):
 
 
 def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
-    jstack.start_worker(name="worker-second")  # two workers now, one job each
+    second = jstack.start_worker(name="worker-second")  # two workers now, one job each
+    # Its child loads the model as it starts; a job sent meanwhile starts late and, at under a
+    # second per job, would no longer overlap the other one (seen in CI). Wait for the load.
+    wait_for(lambda: "embedding model loaded" in second.log_path.read_text(errors="replace"), 120, what="preload")
     base = distinct_labels(24, seed=2)
     rng = random.Random(5)
     kinds = ("jpeg", "resize", "brightness")
