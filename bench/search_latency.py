@@ -54,6 +54,17 @@ def pct(xs, p):
     return float(np.percentile(np.asarray(xs) * 1e3, p))
 
 
+def base_data(n_labels: int, n_queries: int):
+    """The first n_labels generated labels as chunks with their real embeddings, their regions,
+    and n_queries distinct query texts (eval queries with a counter: the query cache never hits)."""
+    labels, queries = eval_set()
+    labels = labels[:n_labels]
+    base_chunks = search_eval.label_chunks(labels)
+    regions = sorted({lab.region for lab in labels})
+    texts = [f"{queries[i % len(queries)].text} {i}" for i in range(n_queries)]
+    return base_chunks, cached_embeddings(base_chunks), regions, texts
+
+
 def fill(col, r, base_chunks, base_emb, n, rng):
     t = time.time()
     batch = 1000
@@ -133,12 +144,7 @@ def main() -> None:
     args = ap.parse_args()
     from tests.stack import start_stack, use_stack_stores
 
-    labels, queries = eval_set()
-    labels = labels[: args.labels]
-    base_chunks = search_eval.label_chunks(labels)
-    base_emb = cached_embeddings(base_chunks)
-    regions = sorted({lab.region for lab in labels})
-    texts = [f"{queries[i % len(queries)].text} {i}" for i in range(args.queries)]
+    base_chunks, base_emb, regions, texts = base_data(args.labels, args.queries)
     rng = np.random.default_rng(0)
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -49,10 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench.search_eval import cached_embeddings  # noqa: E402
+from bench.search_latency import base_data  # noqa: E402
 from pipelines import lexical, vector_index  # noqa: E402
-from tools import search_eval  # noqa: E402
-from tools.datagen.eval_queries import eval_set  # noqa: E402
 
 _BATCH = 2000
 
@@ -333,12 +331,7 @@ def main() -> None:
 
     from tests.stack import start_stack, use_stack_stores
 
-    labels, queries = eval_set()
-    labels = labels[: args.labels]
-    base_chunks = search_eval.label_chunks(labels)
-    base_emb = cached_embeddings(base_chunks)
-    regions = sorted({lab.region for lab in labels})
-    texts = [f"{queries[i % len(queries)].text} {i}" for i in range(args.queries)]
+    base_chunks, base_emb, regions, texts = base_data(args.labels, args.queries)
 
     with tempfile.TemporaryDirectory() as tmp:
         stack = start_stack(Path(tmp), worker=False, api=False)
