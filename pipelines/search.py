@@ -123,7 +123,7 @@ def _maybe_snapshot(idx: LiveIndex, chroma, collection: str) -> None:
     the newest one (pipelines.search_snapshot.maybe_write; a cheap check otherwise)."""
     s = get_settings()
     root = _snapshot_root()
-    if root is None or idx.seq - idx.snapshot_seq < s.search_snapshot_min_changes:
+    if root is None:
         return
     search_snapshot.maybe_write(
         idx,
