@@ -90,18 +90,19 @@ class TwoStage:
         if not cands:
             return {"fields": None, "images": None}
         t0 = time.perf_counter()
-        scores = imaging.verify_many(img, [self.sigs[k] for k, _d in cands], sig)
+        parts = imaging.compare(img, [self.sigs[k] for k, _d in cands], sig)
         self.verify_s.append((time.perf_counter() - t0) / len(cands))
         best: dict[str, tuple[int, int, float] | None] = {"fields": None, "images": None}
-        for (k, d), score in zip(cands, scores, strict=True):
+        for (k, d), part in zip(cands, parts, strict=True):
+            agree = neardup.fields_agree(fields, self.fields[k])
             for track in ("fields", "images"):
+                score = imaging.score_of(part, self.sigs[k], fields_agree=agree and track == "fields")
                 if track == "images":
                     if k not in near or score > 1.0:
                         continue
                 else:
                     if neardup.fields_conflict(fields, self.fields[k]):
                         continue
-                    agree = neardup.fields_agree(fields, self.fields[k])
                     if score > (neardup.FIELDS_AGREE_MAX_SCORE if agree else 1.0):
                         continue
                 if best[track] is None or score < best[track][2]:

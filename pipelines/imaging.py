@@ -9,8 +9,8 @@ applied so a rotated phone photo hashes like its upright twin.
 Each error is a YanaError whose code names the problem; the ingest job records it on the item.
 
 Near duplicates are decided in two stages (pipelines.neardup): the 64-bit pHash finds candidates,
-then `verify` compares a 32x32 grayscale signature of the candidate (stored in Redis) with the
-query image after aligning them, block by block, so labels that share a design and differ only in
+then `verify` compares a 32x32 signature of the candidate (luma and two colour planes, stored in
+Redis) with the query image after aligning them, block by block, so labels that share a design and differ only in
 their text (where a global hash sees one image) are told apart.
 """
 
@@ -125,35 +125,67 @@ def hamming_array(a, b) -> np.ndarray:
 
 # --- second stage: aligned thumbnail comparison ----------------------------------------------
 
-SIG_SIDE = 32  # the stored signature: SIG_SIDE x SIG_SIDE grayscale bytes (1 KiB per image)
+SIG_SIDE = 32  # the stored signature: SIG_SIDE x SIG_SIDE bytes per channel
+_PLANE = SIG_SIDE * SIG_SIDE
 _RENDER = 128  # the query is warped into the candidate's frame at this size, then boxed down
 _BLOCKS = 8  # the comparison grid (8 x 8 blocks of 4 x 4 signature pixels)
-_TEXTURED = 4.0  # a block whose grey levels vary less than this is flat ground: no correlation
-# A pair is the same label when both parts stay under these: the residual after alignment and a
-# global gain/offset (relative to the candidate's contrast), and the worst block's 1 - correlation
-# (a changed word lives in a few blocks; a global score would average it away). Small blocks
-# (4 x 4 px) keep a changed character from being diluted by the ground around it. Chosen on a
-# tuning seed (seed 2, 240 labels, half from shared designs: 1,200 variants, 486 same-design
-# pairs): the same-design pairs' worst block starts at 0.74 (1st percentile), true variants'
-# ends at 0.31 (90th); 0.5 sits between, and 0.20 / 0.50 passed no same-design pair at recall
-# 0.944 (8 x 8-pixel blocks at 0.16 / 0.18, before: 0.915). Reported on seed 1 by bench/neardup_eval.py.
-MAX_RESIDUAL = 0.20
+_TEXTURED = 4.0  # a block whose levels vary less than this is flat ground: no correlation
+# The colour planes need more: JPEG keeps colour at half resolution and quantizes it coarsely, so a
+# small JPEG's colour blocks hold little but noise (a 96 x 144 label re-saved at q80 decorrelated
+# to 0.88 at 4.0; at 12.0 only ink and shapes that differ in hue count: 23 of 24 such twins pass).
+_TEXTURED_COLOUR = 12.0
+# A pair is the same label when all parts stay under these: the luma residual after alignment and
+# a global gain/offset (relative to the candidate's contrast), and the worst block's 1 - correlation
+# in luma and in the two colour-opponent channels (a changed word lives in a few blocks; a global
+# score would average it away). Small blocks (4 x 4 px) keep a changed character from being diluted
+# by the ground around it. The colour channels exist because ink often differs from its ground in
+# hue, not brightness (purple on teal: the same grey), and a grey signature then shows no text at
+# all: on the tuning seed (seed 2, 400 labels, half from shared designs, 2,934 pairs of distinct
+# labels within the pHash radius) 222 pairs passed the grey-only test, 5 pass this one, and the
+# recall of 800 variants went from 0.970 to 0.981. Limits chosen on that seed; reported on seed 1
+# by bench/neardup_eval.py.
+MAX_RESIDUAL = 0.30
 MAX_BLOCK_DECORRELATION = 0.50
+MAX_CHROMA_DECORRELATION = 0.60
+# Signatures stored before the colour channels (grey only, 1 KiB) keep their old residual limit:
+# without the colour test, the looser residual would let more same-design labels through.
+LEGACY_MAX_RESIDUAL = 0.20
+_LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+# colour-opponent axes (red-green, yellow-blue), stored as value / 2 + 128 in one byte each
+_OPPONENT = np.array([[1, -1, 0], [1, 1, -2]], dtype=np.float32) / np.array([[2**0.5], [6**0.5]], dtype=np.float32)
 
 
-def _gray_square(image: Image.Image, side: int) -> Image.Image:
-    g = image.convert("L")
+def _rgb_square(image: Image.Image, side: int) -> Image.Image:
+    g = image.convert("RGB")
     return g.resize((side, side), Image.Resampling.BOX if min(g.size) >= side else Image.Resampling.BILINEAR)
 
 
+def _channels(rgb: np.ndarray) -> np.ndarray:
+    """(h, w, 3) RGB floats -> (3, h, w): luma, red-green, yellow-blue."""
+    return np.concatenate([(rgb @ _LUMA)[None], np.moveaxis(rgb @ _OPPONENT.T, -1, 0)])
+
+
 def signature(image: Image.Image) -> bytes:
-    """The candidate-side data of the verifier: the image boxed to SIG_SIDE x SIG_SIDE grey bytes
-    (aspect ignored: an alignment absorbs it)."""
-    return _gray_square(_gray_square(image, _RENDER), SIG_SIDE).tobytes()
+    """The candidate-side data of the verifier (3 KiB): the image boxed to SIG_SIDE x SIG_SIDE
+    (aspect ignored: an alignment absorbs it) as luma, then the two colour-opponent planes."""
+    rgb = np.asarray(_rgb_square(_rgb_square(image, _RENDER), SIG_SIDE), dtype=np.float32)
+    ch = _channels(rgb)
+    ch[1:] = ch[1:] / 2 + 128
+    return np.clip(np.rint(ch), 0, 255).astype(np.uint8).tobytes()
 
 
 def _sig_array(sig: bytes) -> np.ndarray:
-    return np.frombuffer(sig, dtype=np.uint8).reshape(SIG_SIDE, SIG_SIDE).astype(np.float32)
+    """The luma plane of a signature (every signature starts with it)."""
+    return np.frombuffer(sig[:_PLANE], dtype=np.uint8).reshape(SIG_SIDE, SIG_SIDE).astype(np.float32)
+
+
+def _chroma_arrays(sig: bytes) -> np.ndarray | None:
+    """The two colour planes (2 x SIG_SIDE x SIG_SIDE, opponent units), or None for a grey-only
+    signature stored before they existed."""
+    if len(sig) < 3 * _PLANE:
+        return None
+    planes = np.frombuffer(sig[_PLANE : 3 * _PLANE], dtype=np.uint8).reshape(2, SIG_SIDE, SIG_SIDE)
+    return (planes.astype(np.float32) - 128) * 2
 
 
 def _grid(side: int) -> tuple[np.ndarray, np.ndarray]:
@@ -223,10 +255,10 @@ def _align(q: np.ndarray, cs: np.ndarray) -> np.ndarray:
     return p
 
 
-def _warp_into(g: Image.Image, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The query (grey, _RENDER square) rendered in the candidate's frame at _RENDER size, then
-    boxed like a signature (so both come from the same filter), and per signature pixel the share
-    the query covers."""
+def _warp_into(square: Image.Image, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The query (RGB, _RENDER square) rendered in the candidate's frame at _RENDER size, then
+    boxed like a signature (so both come from the same filter), as its three channels, and per
+    signature pixel the share the query covers."""
     a_mat = np.array([[1 + p[0], p[1]], [p[3], 1 + p[4]]])
     t = np.array([p[2], p[5]])
     ai = np.linalg.inv(a_mat)
@@ -234,13 +266,13 @@ def _warp_into(g: Image.Image, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # output pixel X -> candidate coord X/R - .5 -> query coord ai @ (. - t) -> query pixel
     base = ai @ (np.array([-0.5, -0.5]) - t)
     data = (ai[0, 0], ai[0, 1], r * (base[0] + 0.5), ai[1, 0], ai[1, 1], r * (base[1] + 0.5))
-    warped = g.transform((r, r), Image.Transform.AFFINE, data, Image.Resampling.BILINEAR, fillcolor=0)
+    warped = square.transform((r, r), Image.Transform.AFFINE, data, Image.Resampling.BILINEAR, fillcolor=0)
     cover = Image.new("L", (r, r), 255).transform(
         (r, r), Image.Transform.AFFINE, data, Image.Resampling.NEAREST, fillcolor=0
     )
     qw = np.asarray(warped.resize((SIG_SIDE, SIG_SIDE), Image.Resampling.BOX), dtype=np.float32)
     cv = np.asarray(cover.resize((SIG_SIDE, SIG_SIDE), Image.Resampling.BOX), dtype=np.float32) / 255
-    return qw, cv
+    return _channels(qw), cv
 
 
 # Past the affine alignment, a homography refinement (OpenCV's ECC, compiled) for what an affine
@@ -282,45 +314,54 @@ def _warp_homography(square: Image.Image, h: np.ndarray) -> tuple[np.ndarray, np
     warped = cv2.warpPerspective(np.asarray(square, dtype=np.float32), m, size, flags=cv2.INTER_LINEAR)
     cover = cv2.warpPerspective(np.full(size, 255, np.float32), m, size, flags=cv2.INTER_NEAREST)
     qw = cv2.resize(warped, (SIG_SIDE, SIG_SIDE), interpolation=cv2.INTER_AREA)
-    return qw, cv2.resize(cover, (SIG_SIDE, SIG_SIDE), interpolation=cv2.INTER_AREA) / 255
+    return _channels(qw), cv2.resize(cover, (SIG_SIDE, SIG_SIDE), interpolation=cv2.INTER_AREA) / 255
 
 
-def compare(
-    image: Image.Image, candidate_sigs: list[bytes], query_sig: bytes | None = None
-) -> list[tuple[float, float]]:
-    """Per candidate signature: (residual, worst block decorrelation) of the query image after
-    aligning it. An unaligned comparison that already passes is kept: most re-uploads (a new
-    JPEG, a resize, brightness) need no alignment, and it costs a tenth of one. Then an affine
-    alignment, then a homography refinement; the best score counts."""
+Score = tuple[float, float, float]  # (luma residual, worst luma block, worst colour block)
+
+
+def compare(image: Image.Image, candidate_sigs: list[bytes], query_sig: bytes | None = None) -> list[Score]:
+    """Per candidate signature: the score parts of the query image after aligning it. An
+    unaligned comparison that already passes is kept: most re-uploads (a new JPEG, a resize,
+    brightness) need no alignment, and it costs a tenth of one. Then an affine alignment, then a
+    homography refinement; the best score counts."""
     if not candidate_sigs:
         return []
     cs = np.stack([_sig_array(c) for c in candidate_sigs])
+    colour = [_chroma_arrays(c) for c in candidate_sigs]
     q = _sig_array(query_sig if query_sig is not None else signature(image))
-    square = _gray_square(image, _RENDER)
-    qw, cover = _warp_into(square, np.zeros(6))
-    out = [_score(qw, cover, c) for c in cs]
-    todo = [i for i, (res, worst) in enumerate(out) if _combined(res, worst) > 1.0]
+    square = _rgb_square(image, _RENDER)
+    unaligned = _warp_into(square, np.zeros(6))
+    out = [_score(*unaligned, c, cc) for c, cc in zip(cs, colour, strict=True)]
+    todo = [i for i, sc in enumerate(out) if _passes(sc, colour[i]) > 1.0]
     if todo:
         for i, p in zip(todo, _align(q, cs[todo]), strict=True):
-            out[i] = min(out[i], _score(*_warp_into(square, p), cs[i]), key=lambda s: _combined(*s))
-            if _combined(*out[i]) > 1.0 and (h := _refine(q, cs[i], p)) is not None:
-                out[i] = min(out[i], _score(*_warp_homography(square, h), cs[i]), key=lambda s: _combined(*s))
+            out[i] = _better(out[i], _score(*_warp_into(square, p), cs[i], colour[i]), colour[i])
+            if _passes(out[i], colour[i]) > 1.0 and (h := _refine(q, cs[i], p)) is not None:
+                out[i] = _better(out[i], _score(*_warp_homography(square, h), cs[i], colour[i]), colour[i])
     return out
 
 
-def _combined(residual: float, worst: float) -> float:
-    return max(residual / MAX_RESIDUAL, worst / MAX_BLOCK_DECORRELATION)
+def _passes(sc: Score, colour: np.ndarray | None) -> float:
+    return _combined(*sc, legacy=colour is None)
 
 
-def _score(qw: np.ndarray, cover: np.ndarray, c: np.ndarray) -> tuple[float, float]:
-    ok = cover >= 0.999
-    if int(ok.sum()) < c.size // 2:  # the alignment ran off: not the same picture
-        return 9.0, 9.0
-    x, y = qw[ok], c[ok]
-    xm, ym = x.mean(), y.mean()
-    gain = ((x - xm) * (y - ym)).sum() / max(((x - xm) ** 2).sum(), 1e-6)
-    residual = float(np.sqrt(((y - ym - gain * (x - xm)) ** 2).mean()) / (y.std() + 1e-3))
-    # per block (_BLOCKS x _BLOCKS grid): correlation over the covered pixels of textured blocks
+def _better(a: Score, b: Score, colour: np.ndarray | None) -> Score:
+    return a if _passes(a, colour) <= _passes(b, colour) else b
+
+
+def _combined(residual: float, worst: float, worst_colour: float = 0.0, *, legacy: bool = False) -> float:
+    """The verifier score: <= 1.0 when every part is within its limit."""
+    return max(
+        residual / (LEGACY_MAX_RESIDUAL if legacy else MAX_RESIDUAL),
+        worst / MAX_BLOCK_DECORRELATION,
+        worst_colour / MAX_CHROMA_DECORRELATION,
+    )
+
+
+def _worst_block(qw: np.ndarray, ok: np.ndarray, c: np.ndarray, textured: float = _TEXTURED) -> float:
+    """1 - correlation of the worst block (_BLOCKS x _BLOCKS grid) over the covered pixels of
+    blocks textured (standard deviation over `textured`) on both sides; 0.0 when none is."""
     b = SIG_SIDE // _BLOCKS
     shape = (_BLOCKS, b, _BLOCKS, b)
     w = ok.reshape(shape).astype(np.float32)
@@ -331,16 +372,50 @@ def _score(qw: np.ndarray, cover: np.ndarray, c: np.ndarray) -> tuple[float, flo
     vx = (xs * qw.reshape(shape)).sum(axis=(1, 3)) / safe - mx**2
     vy = (ys * c.reshape(shape)).sum(axis=(1, 3)) / safe - my**2
     cxy = (xs * c.reshape(shape)).sum(axis=(1, 3)) / safe - mx * my
-    use = (cnt >= b * b / 2) & (vx > _TEXTURED**2) & (vy > _TEXTURED**2)
+    use = (cnt >= b * b / 2) & (vx > textured**2) & (vy > textured**2)
     if not use.any():
-        return residual, 0.0
-    corr = cxy[use] / np.sqrt(vx[use] * vy[use])
-    return residual, float((1 - corr).max())
+        return 0.0
+    return float((1 - cxy[use] / np.sqrt(vx[use] * vy[use])).max())
 
 
-def verify_many(image: Image.Image, candidate_sigs: list[bytes], query_sig: bytes | None = None) -> list[float]:
-    """Verifier score per candidate signature: <= 1.0 means the same label."""
-    return [_combined(res, worst) for res, worst in compare(image, candidate_sigs, query_sig)]
+def _score(qw: np.ndarray, cover: np.ndarray, c: np.ndarray, colour: np.ndarray | None = None) -> Score:
+    """qw: the warped query's channels (3 x S x S); c: the candidate's luma; colour: its colour
+    planes. The colour blocks are only looked at when the luma parts pass (they can only fail it)."""
+    ok = cover >= 0.999
+    if int(ok.sum()) < c.size // 2:  # the alignment ran off: not the same picture
+        return 9.0, 9.0, 9.0
+    x, y = qw[0][ok], c[ok]
+    xm, ym = x.mean(), y.mean()
+    gain = ((x - xm) * (y - ym)).sum() / max(((x - xm) ** 2).sum(), 1e-6)
+    residual = float(np.sqrt(((y - ym - gain * (x - xm)) ** 2).mean()) / (y.std() + 1e-3))
+    worst = _worst_block(qw[0], ok, c)
+    if colour is None or _combined(residual, worst, legacy=False) > 1.0:
+        return residual, worst, 0.0
+    return residual, worst, max(_worst_block(qw[k + 1], ok, colour[k], _TEXTURED_COLOUR) for k in range(2))
+
+
+def verify_many(
+    image: Image.Image,
+    candidate_sigs: list[bytes],
+    query_sig: bytes | None = None,
+    fields_agree: list[bool] | None = None,
+) -> list[float]:
+    """Verifier score per candidate signature: <= 1.0 means the same label. Where
+    `fields_agree[i]`, the uploader's fields already tell the labels apart, and the score is the
+    grey-only one (residual / LEGACY_MAX_RESIDUAL, worst luma block; no colour), which
+    pipelines.neardup compares with its looser FIELDS_AGREE_MAX_SCORE."""
+    agree = fields_agree or [False] * len(candidate_sigs)
+    return [
+        score_of(sc, sig, fields_agree=a)
+        for sc, sig, a in zip(compare(image, candidate_sigs, query_sig), candidate_sigs, agree, strict=True)
+    ]
+
+
+def score_of(sc: Score, sig: bytes, *, fields_agree: bool = False) -> float:
+    """One candidate's score from `compare`'s parts (see verify_many)."""
+    if fields_agree:
+        return _combined(sc[0], sc[1], legacy=True)
+    return _passes(sc, _chroma_arrays(sig))
 
 
 def verify(image: Image.Image, candidate_sig: bytes, query_sig: bytes | None = None) -> float:

@@ -9,11 +9,12 @@ a distinct label from search, a missed one only leaves a duplicate entry):
    design but not a product name). All three given and equal is evidence the other way: such a
    candidate is judged at any pHash distance (a crop too far for the hash) and passes the image
    check at FIELDS_AGREE_MAX_SCORE;
-2. the image: the query is aligned onto the candidate's stored 32x32 signature and compared
-   block by block (`imaging.verify`), so a label printed from the same design with other text
+2. the image: the query is aligned onto the candidate's stored 32x32 signature (luma and two
+   colour planes) and compared block by block (`imaging.verify`), so a label printed from the same design with other text
    is told apart from a crop, a rotation or a phone photo of the same label.
 
-Per indexed image Redis holds a signature entry (JSON: base64 signature and the three fields),
+Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
+when that is smaller, and the three fields),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import unicodedata
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +35,8 @@ from pipelines import imaging
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
 # the hard negatives (same design, other text), so the image only has to be the same picture
-# (aligned: residual <= 0.8; no block limit at 4 x the block threshold), not pass the block test
+# (aligned: residual <= 0.8; no block limit at 4 x the block threshold; on the grey-only score,
+# imaging.verify_many(fields_agree=...)), not pass the block and colour tests
 # made for telling text apart.
 FIELDS_AGREE_MAX_SCORE = 4.0
 
@@ -69,7 +72,13 @@ def fields_digest(fields: dict | None) -> str:
 
 def make_entry(sig: bytes, fields: dict | None) -> str:
     fields = fields or {}
-    doc = {"s": base64.b64encode(sig).decode("ascii")}
+    # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
+    packed = zlib.compress(sig, 6)
+    doc = (
+        {"z": base64.b64encode(packed).decode("ascii")}
+        if len(packed) < len(sig)
+        else {"s": base64.b64encode(sig).decode("ascii")}
+    )
     doc.update({k: normalise(fields.get(k)) for k in FIELD_KEYS if normalise(fields.get(k))})
     return orjson.dumps(doc).decode()
 
@@ -78,8 +87,10 @@ def parse_entry(entry: str | None) -> tuple[bytes | None, dict]:
     if not entry:
         return None, {}
     doc = orjson.loads(entry)
-    sig = base64.b64decode(doc.pop("s")) if doc.get("s") else None
-    return sig, doc
+    packed, raw = doc.pop("z", None), doc.pop("s", None)
+    if packed:
+        return zlib.decompress(base64.b64decode(packed)), doc
+    return (base64.b64decode(raw) if raw else None), doc
 
 
 @dataclass
@@ -103,7 +114,7 @@ class Verifier:
 
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
-        to_compare: list[tuple[int, bytes, float]] = []  # (verdict row, signature, limit)
+        to_compare: list[tuple[int, bytes, bool]] = []  # (verdict row, signature, fields agree)
         for label_id, distance, entry in candidates:
             sig, theirs = parse_entry(entry)
             verdict: dict[str, Any]
@@ -115,10 +126,16 @@ class Verifier:
             else:
                 agree = self.use_fields and fields_agree(self.fields, theirs)
                 verdict = {"same": False, "reason": "verifier" + (" (fields agree)" if agree else "")}
-                to_compare.append((len(verdicts), sig, FIELDS_AGREE_MAX_SCORE if agree else 1.0))
+                to_compare.append((len(verdicts), sig, agree))
             verdicts.append((label_id, distance, verdict))
-        scores = imaging.verify_many(self.image, [sig for _i, sig, _l in to_compare], self.sig)
-        for (row, _sig, limit), score in zip(to_compare, scores, strict=True):
+        scores = imaging.verify_many(
+            self.image,
+            [sig for _i, sig, _l in to_compare],
+            self.sig,
+            fields_agree=[agree for _i, _s, agree in to_compare],
+        )
+        for (row, _sig, agree), score in zip(to_compare, scores, strict=True):
+            limit = FIELDS_AGREE_MAX_SCORE if agree else 1.0
             verdicts[row][2].update(same=score <= limit, score=round(score, 4))
         best: Match | None = None
         for label_id, distance, verdict in verdicts:

@@ -130,11 +130,12 @@ def _affine_only_score(image: Image.Image, sig: bytes) -> float:
     import numpy as np
 
     q, c = imaging._sig_array(imaging.signature(image)), imaging._sig_array(sig)
-    square = imaging._gray_square(image, imaging._RENDER)
+    colour = imaging._chroma_arrays(sig)
+    square = imaging._rgb_square(image, imaging._RENDER)
     p = imaging._align(q, c[None])[0]
     return min(
-        imaging._combined(*imaging._score(*imaging._warp_into(square, np.zeros(6)), c)),
-        imaging._combined(*imaging._score(*imaging._warp_into(square, p), c)),
+        imaging._combined(*imaging._score(*imaging._warp_into(square, np.zeros(6)), c, colour)),
+        imaging._combined(*imaging._score(*imaging._warp_into(square, p), c, colour)),
     )
 
 
@@ -161,3 +162,52 @@ def test_phone_photos_pass_the_verifier_after_the_homography_refinement():
     for a, im in enumerate(design):
         scores = imaging.verify_many(im, [s for b, s in enumerate(sigs) if b != a])
         assert min(scores) > 1.0, (a, min(scores))
+
+
+def _iso_luminant_label(brand: str) -> Image.Image:
+    """Purple ink on a teal ground of the same luma (91 vs 89 grey levels): text a grey image
+    does not show, as on many real labels."""
+    from PIL import ImageDraw
+
+    img = Image.new("RGB", (240, 360), (40, 110, 110))
+    d = ImageDraw.Draw(img)
+    d.polygon([(0, 360), (240, 160), (240, 360)], fill=(70, 20, 40))
+    d.ellipse((20, 220, 110, 310), fill=(90, 220, 80))
+    font = images._font(80)
+    for k, ch in enumerate(brand):
+        d.text((160, 40 + 90 * k), ch, font=font, fill=(150, 40, 200), anchor="mt")
+    return img
+
+
+def test_text_that_differs_only_in_hue_keeps_labels_apart():
+    """Two labels of one design whose brand ink has the ground's luma: the grey plane alone
+    (what signatures held before) cannot tell them apart; the colour planes do, and a JPEG, a
+    rotation and a crop of one still match it."""
+    import random
+
+    a, b = _iso_luminant_label("北鶴"), _iso_luminant_label("海詩")
+    sig_a = imaging.signature(a)
+    assert len(sig_a) == 3 * imaging.SIG_SIDE**2
+    grey_only = sig_a[: imaging.SIG_SIDE**2]  # a signature stored before the colour planes
+    assert imaging.verify(b, grey_only) <= 1.0  # the failure this guards against
+    assert imaging.verify(b, sig_a) > 1.0
+    assert imaging.verify(a, imaging.signature(b)) > 1.0
+    rng = random.Random(3)
+    for kind in ("jpeg", "rotate", "crop", "brightness"):
+        v = images.variant(a, kind, rng).image
+        assert imaging.verify(v, sig_a) <= 1.0, kind
+
+
+def test_signature_entries_round_trip_compressed_and_old():
+    from pipelines import neardup
+
+    sig = imaging.signature(images.render_label({"brand_name": "雪の鶴", "category": "sake"}, seed=4))
+    entry = neardup.make_entry(sig, {"brand_name": "雪の鶴"})
+    assert '"z"' in entry and len(entry) < len(sig)
+    assert neardup.parse_entry(entry) == (sig, {"brand_name": "雪の鶴"})
+    import base64
+
+    import orjson
+
+    old = orjson.dumps({"s": base64.b64encode(sig[:1024]).decode(), "category": "sake"}).decode()
+    assert neardup.parse_entry(old) == (sig[:1024], {"category": "sake"})
