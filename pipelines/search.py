@@ -30,8 +30,8 @@ query both sorts browse the filtered rows newest first. `k` is the page size whe
 not given (the chat/think top-k); `page_size` (<= 50) pages through the same order.
 
 Cost: the query embedding runs in a helper thread while the index syncs, the filter is applied
-and BM25 scores the filtered rows; what is left after it is one matrix-vector product over the
-filtered rows (memory-bound; BLAS stays at OMP/OPENBLAS_NUM_THREADS=1, a second thread made the
+and BM25 scores the filtered rows (into a scratch array, not a fresh one over every row); what is
+left after it is one matrix-vector product over the filtered rows (memory-bound; BLAS stays at OMP/OPENBLAS_NUM_THREADS=1, a second thread made the
 tail latency worse on a shared machine) and the fusion. bench/search_latency.py measures it.
 """
 
@@ -90,6 +90,7 @@ def live_index(collection: str, r=None, chroma=None) -> LiveIndex:
             idx = _indexes.get(collection)
             if idx is None:
                 idx = _indexes[collection] = _mapped(collection, r, chroma) or LiveIndex(collection)
+                idx.after_compaction = _snapshot_after_compaction
                 while len(_indexes) > _MAX_LIVE_INDEXES:  # an old collection after a re-embed
                     _indexes.popitem(last=False)
     _indexes.move_to_end(collection)
@@ -132,6 +133,15 @@ def _maybe_snapshot(idx: LiveIndex, chroma, collection: str) -> None:
         min_changes=s.search_snapshot_min_changes,
         min_interval_s=s.search_snapshot_interval_s,
     )
+
+
+def _snapshot_after_compaction(idx: LiveIndex) -> None:
+    """A compaction (run in the background) lays the rows out anew: the snapshot that processes
+    started later map should have that layout, so the check runs again once it is in place."""
+    try:
+        _maybe_snapshot(idx, get_chroma(), idx.collection)
+    except Exception:  # a snapshot is only a faster start
+        log.warning("search snapshot not written", exc_info=True, extra={"collection": idx.collection})
 
 
 def _chroma_collection(chroma, name: str):
@@ -386,9 +396,9 @@ def _not_found(idx: LiveIndex, q: str, filters: dict[str, list[str]]) -> list[st
     matches = glossary_mod.get().matches(q) if q else []
     if not matches:
         return missing
-    mask = idx.filter_mask(filters) if filters else None
+    mask, rows = idx.select(filters) if filters else (None, None)
     for m in matches:
-        if not any(idx.carries(GLOSS_PREFIX + c, mask) for c in m.concepts):
+        if not any(idx.carries(GLOSS_PREFIX + c, mask, rows) for c in m.concepts):
             missing.append(m.concepts[0])
     return list(dict.fromkeys(missing))
 
@@ -406,8 +416,7 @@ def _sync(idx: LiveIndex, r, chroma, collection: str, timing: dict[str, float]) 
 def _score(idx: LiveIndex, query: _Query, filters: dict[str, list[str]], w_lex: float, timing: dict) -> _Scored:
     """BM25, cosine and metadata bonus of every row passing the filters, fused by the mode."""
     t = time.perf_counter()
-    mask = idx.filter_mask(filters)
-    rows = np.flatnonzero(mask)
+    mask, rows = idx.select(filters)
     whole = rows.shape[0] == idx.n  # every row passes (no filter, no dead rows): no gather needed
 
     def pick(a: np.ndarray) -> np.ndarray:
@@ -416,7 +425,7 @@ def _score(idx: LiveIndex, query: _Query, filters: dict[str, list[str]], w_lex: 
     sc = _Scored(rows, np.zeros(rows.shape[0], dtype=np.float64))
     if query.text:
         if query.mode != "dense":
-            sc.lex = pick(idx.bm25(query.terms, None if whole else mask))
+            sc.lex = pick(idx.bm25(query.terms)) if whole else idx.bm25_rows(query.terms, mask, rows)
         if query.mode == "hybrid":
             sc.matched = idx.matched_values(query.text)
             sc.bonus = _meta_bonus(idx, sc.matched, pick, rows.shape[0])

@@ -332,6 +332,94 @@ def test_compaction_keeps_results(corpus):
         )
 
 
+def _by_id(idx, query, q):
+    """BM25 and cosine of every live row, by chunk id."""
+    bm25, cos = idx.bm25(tokenize(query)), idx.cosine(q)
+    return {id_: (float(bm25[row]), float(cos[row])) for id_, row in idx.row_of.items()}
+
+
+def test_a_background_compaction_keeps_answering_and_keeps_the_changes_made_meanwhile(corpus, monkeypatch):
+    """sync() compacts in a helper thread: while it builds, searches answer from the old arrays and
+    changes are applied; once swapped in, every id maps to its live row and scores equal those of
+    an index loaded afresh from the same data."""
+    idx = LiveIndex(corpus.name)
+    idx.sync(corpus.r)
+    ids = [c["id"] for c in corpus.chunks]
+    docs = dict(zip(ids, _stored_docs(corpus, ids), strict=True))
+    building, release = threading.Event(), threading.Event()
+    real_build = LiveIndex._compact_build
+
+    def gated_build(self, frozen):
+        building.set()
+        assert release.wait(30)
+        return real_build(self, frozen)
+
+    monkeypatch.setattr(LiveIndex, "_compact_build", gated_build)
+    for id_ in ids[:120]:  # dead rows: past the threshold only with a low minimum
+        idx.apply([id_], [docs[id_]])
+    monkeypatch.setattr(idx, "_compact_needed", lambda: True)
+    n_before = idx.n
+    idx._compact_in_background()
+    assert building.wait(10) and idx.compacting is not None
+    q = np.asarray(corpus.embeddings[3], dtype=np.float32)
+    answered = threading.Event()
+
+    def query() -> None:
+        with idx.lock:
+            _by_id(idx, "獺祭 純米", q)
+        answered.set()
+
+    threading.Thread(target=query, daemon=True).start()
+    assert answered.wait(10), "a query waited for the compaction"
+    # changes while it builds: updates (of rows in and past the frozen ones), a delete, an add
+    for id_ in ids[10:20] + ids[5:6]:
+        idx.apply([id_], [docs[id_]])
+    gone = ids[30]
+    idx.apply([gone], [[None, None, None, None, None]])
+    idx.sync(corpus.r)  # a sync meanwhile starts no second compaction and merges nothing
+    assert idx.n == n_before + 11 and idx.compacting is not None
+    release.set()
+    idx.wait_compaction(10)
+    assert idx.compacting is None and idx.clustered < idx.n
+    assert idx.n == idx.n_alive + 11 + 1 and idx.dead == 12  # 11 updated + 1 deleted after the freeze
+    assert all(idx.ids[row] == id_ for id_, row in idx.row_of.items()) and gone not in idx.row_of
+    assert set(idx.row_of) == set(ids) - {gone}
+    fresh = LiveIndex(corpus.name)
+    live = [i for i in ids if i != gone]
+    fresh.apply(live, [docs[i] for i in live])
+    for query_text in ("獺祭", "純米 辛口", "otaru"):
+        got, want = _by_id(idx, query_text, q), _by_id(fresh, query_text, q)
+        assert got.keys() == want.keys()
+        assert {k: v[0] for k, v in got.items()} == pytest.approx({k: v[0] for k, v in want.items()}, rel=1e-5)
+        assert {k: v[1] for k, v in got.items()} == pytest.approx({k: v[1] for k, v in want.items()}, abs=1e-6)
+    idx._compact()  # and the next compaction drops the rows that died meanwhile
+    assert idx.dead == 0 and idx.n == idx.n_alive == len(live)
+
+
+def test_a_search_answers_while_its_index_compacts(corpus, monkeypatch):
+    """Through THE search: the compaction a sync starts does not hold the search behind it."""
+    ref = corpus.search("純米吟醸", {"region": corpus.labels[0].region}, k=5)
+    idx = search_mod.live_index(corpus.name)
+    release = threading.Event()
+    real_build = LiveIndex._compact_build
+
+    def gated_build(self, frozen):
+        assert release.wait(30)
+        return real_build(self, frozen)
+
+    monkeypatch.setattr(LiveIndex, "_compact_build", gated_build)
+    try:
+        with idx.lock:
+            idx._compact_in_background()
+        got = corpus.search("純米吟醸", {"region": corpus.labels[0].region}, k=5)
+        assert idx.compacting is not None  # it answered while the compaction was still building
+        assert got["hits"] == ref["hits"]
+    finally:
+        release.set()
+        idx.wait_compaction(10)
+    assert corpus.search("純米吟醸", {"region": corpus.labels[0].region}, k=5)["hits"] == ref["hits"]
+
+
 @pytest.mark.parametrize("layout", ["as loaded", "compacted", "compacted, then rows merged"])
 def test_bm25_and_cosine_under_a_filter_score_the_filtered_rows_as_without_it(corpus, layout):
     """Also after a compaction, which lays rows out by region so that a filter reads one range of
@@ -350,14 +438,29 @@ def test_bm25_and_cosine_under_a_filter_score_the_filtered_rows_as_without_it(co
         assert idx.base.rows == idx.n > idx.clustered and idx.dead == len(again)
     q = np.asarray(corpus.embeddings[3], dtype=np.float32)
     region = corpus.labels[0].region
+    other = next(lab.region for lab in corpus.labels if lab.region != region)
+    assert (idx._region_runs() is None) == (layout == "as loaded")
+    for filters in (
+        {"region": [region, "どこにもない町"]},
+        {"region": [region], "category": [corpus.labels[0].category]},
+        {"region": ["どこにもない町"]},
+        {"region": [other], "category": ["no such category"]},
+        {"region": [other, region], "brewery": [corpus.labels[0].brewery]},
+    ):  # select() reads only the regions' runs of rows once compacted: the same rows as the full mask
+        mask, rows = idx.select(filters)
+        assert np.array_equal(mask, idx.filter_mask(filters)) and np.array_equal(rows, np.flatnonzero(mask))
     for filters in ({"region": [region]}, {"region": [region, corpus.labels[1].region]}, {"category": ["juice"]}):
         mask = idx.filter_mask(filters)
+        assert np.array_equal(idx.select(filters)[0], mask)
         assert 0 < mask.sum() < idx.n_alive
         rows = np.flatnonzero(mask)
         assert np.allclose(idx.cosine(q, rows), idx.cosine(q)[rows], atol=1e-6)
         for query in ("獺祭 純米大吟醸", region, "辛口"):
             full = idx.bm25(tokenize(query))
             part = idx.bm25(tokenize(query), mask)
+            assert np.array_equal(idx.bm25(tokenize(query), mask, rows), part)  # spans read from the rows
+            assert np.array_equal(idx.bm25_rows(tokenize(query), mask, rows), part[rows])
+            assert not idx._scratch.any()  # zeroed back for the next query
             assert np.array_equal(part[mask], full[mask])
             assert not part[~mask].any()
 

@@ -396,3 +396,31 @@ def test_a_redis_restored_from_an_older_backup_is_not_mixed_with_a_newer_snapsho
             assert sorted(idx.row_of) == ["a", "b", "y", "z"]
     finally:
         lexical.drop_collection(r, name)
+
+
+def _resident_kib(path: Path) -> int:
+    """Kilobytes of this process's mappings of `path` that are in its page tables (Rss in smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                inside = len(head) >= 6 and head[-1] == str(path)
+            elif inside and head and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def test_pretouch_maps_the_pages_queries_read_and_changes_no_answer(corpus, tmp_path):
+    snap = search_snapshot.write(_from_redis(corpus), tmp_path, MODEL)
+    assert snap is not None
+    idx = search_snapshot.load(tmp_path, corpus.name, _expect(corpus), touch=False)
+    assert idx is not None
+    vecs = snap / "vecs.npy"
+    size_kib = vecs.stat().st_size // 1024
+    assert size_kib > 256  # spare rows included: more pages than one fault maps around itself
+    before = _resident_kib(vecs)
+    search_snapshot.pretouch(idx).join(30)
+    after = _resident_kib(vecs)
+    assert before < size_kib / 2 and after >= size_kib - 8, (before, after, size_kib)
+    assert _rows(idx) == _rows(_from_redis(corpus))
