@@ -41,6 +41,7 @@ def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
         wait_for(
             lambda: (client.get(f"/v1/jobs/{job_id}").json()["progress"] or {}).get("done", 0) >= 4,
             timeout_s=120,
+            interval_s=0.5,  # under the API's rate limit (5/s): at 10/s a 429 replaced the job (seen in CI)
             what="the job under way",
         )
         os.killpg(chroma_svc.proc.pid, signal.SIGSTOP)
@@ -49,6 +50,7 @@ def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
             wait_for(
                 lambda: client.get(f"/v1/jobs/{job_id}").json()["attempts"] >= 2,
                 timeout_s=40,
+                interval_s=0.5,
                 what="a retry after the store timeout",
             )
             time.sleep(max(0.0, 20 - (time.monotonic() - paused_at)))  # the pause lasts ~20 s
