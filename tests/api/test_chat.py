@@ -60,6 +60,18 @@ def chat_service(stack, openai_stub, label_ids):
         CHAT_BREAKER_FAILURES="2",
         CHAT_BREAKER_OPEN_S="3",  # open long enough to be observed under load; the test waits for half-open
     )
+    # The tests are about warm turns: the first turn after a start can spend the 3 s budget on the
+    # search warm-up (model load, index sync) still running in its background thread, and then
+    # answers without the LLM (llm "off", seen in CI under load). Wait until a turn gets its reply.
+    with httpx.Client(base_url=svc.url, timeout=30) as client:
+        body = {"user_text": "北の誉は？", "use_rag": True, "top_k": 1}
+        wait_for(
+            lambda: client.post("/v1/chat", json=body).json().get("llm") == "on",
+            timeout_s=90,
+            interval_s=1.0,
+            what="a warm chat turn with the LLM",
+        )
+    openai_stub.clear()
     yield svc
     stop_service(stack, svc)
 
