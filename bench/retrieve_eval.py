@@ -123,6 +123,36 @@ def evaluate(corpus: list[dict], questions: list[dict], vec: FileVectors, max_ch
     return {"per": per, "elapsed": elapsed}
 
 
+def evaluate_cold(corpus: list[dict], questions: list[dict], vec: FileVectors, budget: int) -> list:
+    """The extractor as a first, cold request sees the documents: per question an empty cache of
+    which only the first `budget` texts it asks for get a vector (what the API embeds within
+    `timeout_ms`; bench/retrieve_latency.py measures how many that is), the rest ranked as the
+    pipeline ranks texts without one. Returns the (question id, rank) rows."""
+    texts = [c["text"] for c in corpus]
+    ids = [c["id"] for c in corpus]
+    qvecs = vec.get("q", [q["question"] for q in questions])
+    rows = []
+    for q, qv in zip(questions, qvecs, strict=True):
+        left = [budget]
+
+        def chunk_vectors(ts: list[str], left=left):
+            got = min(left[0], len(ts))
+            left[0] -= got
+            present = np.zeros(len(ts), dtype=bool)
+            present[:got] = True
+            vecs = np.zeros((len(ts), vec.emb.dim), dtype=np.float32)
+            if got:
+                vecs[:got] = vec.get("p", ts[:got])
+            return vecs, present
+
+        ranking = R.rank(
+            q["question"], texts, max_chunk_chars=800, chunk_vectors=chunk_vectors, query_vector=qv, windows=3
+        )
+        order = sorted(ranking.ranked, key=lambda r: (-r.score, ids[r.doc_index]))
+        rows.append((q["id"], next((i + 1 for i, r in enumerate(order) if ids[r.doc_index] in q["answer_ids"]), None)))
+    return rows
+
+
 def halves(rows: list[tuple[str, int | None]]) -> dict[str, list[tuple[str, int | None]]]:
     """The fixed split: odd question ids are the development half, even ids the check half."""
     return {
@@ -190,6 +220,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="60 paragraphs per set")
     ap.add_argument("--sets", default="", help="comma-separated set names (default: every set found)")
     ap.add_argument("--model", default=None, help="embedding model (default: the API's)")
+    ap.add_argument(
+        "--cold",
+        default="",
+        help="comma-separated numbers of texts embedded within a cold request's budget (e.g. 150,300): "
+        "the extractor's quality on a first request with an empty cache",
+    )
     ap.add_argument("--llm", action="store_true", help="also the LLM loop with the scripted test model")
     args = ap.parse_args()
     failed = False
@@ -221,6 +257,12 @@ def main() -> None:
             print("(--quick: a subset; the rules and the bar below are for the whole set: shown, not enforced)")
         failed |= construction_rules(SETS / name, corpus, questions, table["bm25"]["all"]["hit@3"]) and not args.quick
         failed |= quality_bar(table) and not args.quick
+        for budget in [int(x) for x in args.cold.split(",") if x]:
+            k = metrics(evaluate_cold(corpus, questions, vec, budget))
+            print(
+                f"cold request, {budget} texts embedded within the budget (of {len(R.vector_texts([c['text'] for c in corpus], 800))}):"
+                f" extractor hit@1 {k['hit@1']:.3f} hit@3 {k['hit@3']:.3f} MRR {k['mrr']:.3f}"
+            )
         if args.llm:
             failed |= llm_section(corpus, questions, vec)
     if failed:

@@ -171,12 +171,32 @@ def _with_sentences(query, texts, chunks, lexical, dense, own, valid, chunk_vect
     first, _ = fuse(query, chunks, lexical, dense, valid, doc_count=len(texts))
     order = sorted((i for i in range(len(chunks)) if valid[i]), key=lambda i: (-first[i], i))
     top = order[:SENTENCE_TOP_N] if SENTENCE_TOP_N > 0 else order
-    units = sentence_units(texts, chunks, set(top))
+    pos = {i: k for k, i in enumerate(top)}  # asked for best chunk first (a cold request's budget)
+    units = sorted(sentence_units(texts, chunks, set(top)), key=lambda u: pos[u[0]])
     if not units:
         return dense + SENTENCE_WEIGHT * own
     vecs, present = chunk_vectors([t for _, t in units])
     out.sentences_missing = [t for k, (_, t) in enumerate(units) if not present[k]]
     return dense + SENTENCE_WEIGHT * _best_unit(own, units, vecs @ query_vector, present)
+
+
+def _vectors_by_promise(chunk_vectors, chunks: list[Chunk], lexical: np.ndarray, pairs, ptexts: list[str]):
+    """(vectors, present) of the chunks then their pairs, asked for in one call in the order a
+    time budget should serve them: the chunks' own vectors before any context, each kind best
+    BM25 first (a pair by its better chunk). On a cold request only the first texts get a vector
+    in time, and in document order those were the first paragraphs, whatever the query; a text's
+    vector does not depend on what it is embedded with, so a warm request ranks the same."""
+    n = len(chunks)
+    c_order = np.argsort(-lexical, kind="stable")
+    p_order = np.asarray(
+        sorted(range(len(pairs)), key=lambda k: (-max(lexical[pairs[k][0]], lexical[pairs[k][1]]), k)), dtype=np.intp
+    )
+    asked = [chunks[i].text for i in c_order] + [ptexts[k] for k in p_order]
+    got, ok = chunk_vectors(asked)
+    where = np.concatenate([c_order, n + p_order]).astype(np.intp)
+    vecs, present = np.empty_like(got), np.empty_like(ok)
+    vecs[where], present[where] = got, ok
+    return vecs, present
 
 
 def _index(texts: list[str], max_chunk_chars: int) -> tuple[list[Chunk], BM25]:
@@ -304,8 +324,7 @@ def rank(
         n = len(chunks)
         pairs = neighbour_pairs(chunks, len(texts)) if mode != "dense" else []
         ptexts = [pair_text(texts, chunks[i], chunks[j]) for i, j in pairs]
-        # One call, chunks first: under a time budget the chunks' own vectors come before context.
-        vecs, present = chunk_vectors([c.text for c in chunks] + ptexts)
+        vecs, present = _vectors_by_promise(chunk_vectors, chunks, lexical, pairs, ptexts)
         valid = present[:n]
         own = vecs[:n] @ query_vector
         dense = own

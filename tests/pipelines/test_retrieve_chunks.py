@@ -169,3 +169,33 @@ def test_only_shortlisted_chunks_read_sentence_vectors_and_missing_ones_fall_bac
     assert got.sentences_missing == calls[1] and not got.context_missing and not got.lexical_only
     assert {r.doc_index for r in got.ranked} == set(range(len(VILLAGE)))
     assert all(0 <= r.score <= 1 for r in got.ranked)
+
+
+def test_a_cold_budget_embeds_the_chunks_bm25_ranks_best_first():
+    """Under a time budget only the first texts asked for get a vector: they are the chunks BM25
+    ranks best (then pairs by their better chunk), not the first paragraphs of the documents."""
+    from pipelines.embedding import get_embedder
+
+    emb = get_embedder(None)
+    filler = [f"Paragraph {k} is about the weather in a town with {k} bakeries and a market." for k in range(12)]
+    docs = [*filler, "The tunnel collapse of 1882 killed forty railway workers.", "Railway tunnels are costly."]
+    query = "How many workers died when the railway tunnel collapsed?"
+    asked: list[list[str]] = []
+
+    def two_in_time(texts):  # a budget that covers two texts
+        asked.append(texts)
+        present = np.zeros(len(texts), dtype=bool)
+        present[:2] = len(asked) == 1
+        vecs = np.zeros((len(texts), emb.dim), dtype=np.float32)
+        vecs[:2] = emb.embed_passages(texts[:2])
+        return vecs, present
+
+    ranking = R.rank(
+        query, docs, max_chunk_chars=800, chunk_vectors=two_in_time, query_vector=emb.embed_queries([query])[0]
+    )
+    n = len(ranking.chunks)
+    assert asked[0][:2] == [docs[12], docs[13]]  # the two chunks with the query's terms
+    assert sorted(asked[0][:n]) == sorted(c.text for c in ranking.chunks)  # then every other chunk, then pairs
+    assert set(ranking.lexical_only) == set(range(n)) - {12, 13}
+    assert ranking.context_missing == R.vector_texts(docs, 800)[n : n + len(ranking.context_missing)]
+    assert max(ranking.ranked, key=lambda r: r.score).doc_index == 12
