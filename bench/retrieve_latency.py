@@ -104,7 +104,7 @@ def main() -> None:
                     ctx += body["stats"].get("context_vectors", 0)
                     sent_hits += body["stats"].get("sentence_hits", 0)
                     sent += body["stats"].get("sentence_vectors", 0)
-                cold, lexical_only, no_context = [], [], []
+                cold, lexical_only, no_context, embedded = [], [], [], []
                 for i in range(args.cold):
                     tag = uuid.uuid4().hex[:8]
                     fresh = [{**d, "text": d["text"] + f" ({tag})"} for d in docs]
@@ -113,6 +113,7 @@ def main() -> None:
                     r = api.post("/v1/retrieve", json={"query": questions[i], "documents": fresh, "options": opts})
                     cold.append(1000 * (time.perf_counter() - t0))
                     warns = r.json().get("warnings", [])
+                    embedded.append(r.json().get("stats", {}).get("embedded", 0))
                     lexical_only.append(any("lexically only" in w for w in warns))
                     no_context.append(any("without their context" in w for w in warns))
         finally:
@@ -130,7 +131,8 @@ def main() -> None:
     )
     print(
         f"cold budget {args.cold_timeout_ms} ms; lexical-only remainder in {sum(lexical_only)}/{len(cold)} cold requests,"
-        f" context missing in {sum(no_context)}/{len(cold)}"
+        f" context missing in {sum(no_context)}/{len(cold)}; texts embedded within it: {embedded}"
+        " (bench/retrieve_eval.py --cold N: the ranking's quality at that many)"
     )
 
 
