@@ -155,8 +155,9 @@ def test_phone_photos_pass_the_verifier_after_the_homography_refinement():
         sig = imaging.signature(img)
         refined += imaging.verify(photo, sig) <= 1.0
         affine += _affine_only_score(photo, sig) <= 1.0
-    # measured: 51 of 60 with the refinement, 34 of 60 affine only
-    assert refined >= 48 and refined >= affine + 10, (refined, affine)
+    # measured: 57 of 60 with the refinement, 53 of 60 affine only (51 and 34 while the luma test
+    # still looked at the border blocks, where a warp's edge decorrelates most)
+    assert refined >= 55 and refined >= affine + 3, (refined, affine)
     design = images.template_labels(metas[:20], design_seed=7, size=(240, 360))
     sigs = [imaging.signature(im) for im in design]
     for a, im in enumerate(design):
@@ -211,3 +212,47 @@ def test_signature_entries_round_trip_compressed_and_old():
 
     old = orjson.dumps({"s": base64.b64encode(sig[:1024]).decode(), "category": "sake"}).decode()
     assert neardup.parse_entry(old) == (sig[:1024], {"category": "sake"})
+
+
+# Two labels of one design from the tuning seed (bench/neardup_eval.py --seed 2, design 1020012).
+_SAME_DESIGN = 1020012
+_IWA = {
+    "category": "sake",
+    "brand_name": "岩の響",
+    "product_name": "岩の響 特別純米",
+    "brewery": "岩の響酒造店",
+    "region": "愛媛",
+    "label_features": ["冷酒向け", "熟成", "吟醸香"],
+}
+_GEKKO = {
+    "category": "sake",
+    "brand_name": "月光",
+    "product_name": "月光 特別純米",
+    "brewery": "川の詩酒造",
+    "region": "秋田",
+    "label_features": ["フルーティー", "淡麗", "無濾過", "冷酒向け"],
+}
+
+
+def test_text_across_block_borders_keeps_same_design_labels_apart():
+    """The brand characters of these two labels fall across the comparison grid's block borders,
+    so every block of the grid still correlates (the verifier scored them 0.76 and merged them);
+    the grid shifted by half a block sees the characters whole."""
+    iwa, gekko = images.template_labels([_IWA, _GEKKO], design_seed=_SAME_DESIGN, size=(240, 360))
+    assert imaging.verify(iwa, imaging.signature(gekko)) > 1.0
+
+
+def test_a_rotation_is_not_failed_by_its_border_blocks():
+    """A 2 degree rotation fills the corners and moves the frame across the outermost blocks: the
+    luma test leaves the border ring to the residual and colour tests (this one scored 1.55)."""
+    meta = {
+        "category": "sake",
+        "brand_name": "桜の雫",
+        "product_name": "桜の雫 特別本醸造 鶴の絵",
+        "brewery": "桜の雫酒造",
+        "region": "東京",
+        "label_features": ["鶴の絵", "青いラベル"],
+    }
+    img = images.render_label(meta, size=(240, 360), seed=7000055)
+    rotated = img.rotate(1.9927, resample=Image.BICUBIC, fillcolor=img.getpixel((0, 0)))
+    assert imaging.verify(rotated, imaging.signature(img)) <= 1.0
