@@ -18,11 +18,18 @@ from pipelines import imaging, vector_index
 from tests.stack import start_stack, wait_for, wait_job
 from tests.tasks.test_ingest_jobs import _files, distinct_labels
 
+N_IMAGES = 200
+
 
 @pytest.fixture(scope="module")
 def pstack(tmp_path_factory):
     s = start_stack(
-        tmp_path_factory.mktemp("paused-chroma"), CHROMA_TIMEOUT_S="5", JOB_MAX_ATTEMPTS="5", INGEST_BATCH_SIZE="4"
+        tmp_path_factory.mktemp("paused-chroma"),
+        CHROMA_TIMEOUT_S="5",
+        JOB_MAX_ATTEMPTS="5",
+        INGEST_BATCH_SIZE="4",
+        RATE_LIMIT="1000/second",  # the test polls the job every 50 ms
+        RATE_BURST="1000",
     )
     yield s
     chroma = s.get("chroma")
@@ -32,7 +39,9 @@ def pstack(tmp_path_factory):
 
 
 def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
-    rows = distinct_labels(40, seed=3)
+    # Enough images that the job is still writing when the pause comes: with the model preloaded
+    # and one label text for all, 40 small images took 0.5 s and the job had ended before it (CI).
+    rows = distinct_labels(N_IMAGES, seed=3)
     chroma_svc = pstack.get("chroma")
     with httpx.Client(base_url=pstack.api_url, timeout=60) as client:
         r = client.post("/v1/ingest", files=_files(rows, "pause"), data={"category": "sake"})
@@ -41,10 +50,12 @@ def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
         wait_for(
             lambda: (client.get(f"/v1/jobs/{job_id}").json()["progress"] or {}).get("done", 0) >= 4,
             timeout_s=120,
-            interval_s=0.5,  # under the API's rate limit (5/s): at 10/s a 429 replaced the job (seen in CI)
+            interval_s=0.05,
             what="the job under way",
         )
         os.killpg(chroma_svc.proc.pid, signal.SIGSTOP)
+        progress = client.get(f"/v1/jobs/{job_id}").json()["progress"] or {}
+        assert progress.get("done", 0) < N_IMAGES, f"the job ended before the pause: {progress}"
         paused_at = time.monotonic()
         try:
             wait_for(
@@ -60,7 +71,7 @@ def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
     assert job["status"] == "succeeded", job
     assert job["attempts"] >= 2
     res = job["result"]
-    assert (res["indexed"], res["dedup"], res["failed"]) == (40, 0, 0), res
+    assert (res["indexed"], res["dedup"], res["failed"]) == (N_IMAGES, 0, 0), res
 
     host, port = pstack.chroma_url.split("//")[1].split(":")
     chroma = chromadb.HttpClient(host=host, port=int(port), settings=ChromaSettings(anonymized_telemetry=False))
@@ -68,5 +79,5 @@ def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
     col = vector_index.open_collection(chroma, vector_index.active_name(rc))
     got = col.get(include=["metadatas"])
     label_ids = [m["id"] for m in got["metadatas"]]
-    assert col.count() == len(label_ids) == 40, "one chunk per label, none twice"
+    assert col.count() == len(label_ids) == N_IMAGES, "one chunk per label, none twice"
     assert set(label_ids) == {f"label_{imaging.sha1_hex(d)[:16]}" for _m, d, _p in rows}
