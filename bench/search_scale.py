@@ -150,11 +150,7 @@ def first_answer(
         from cli import processes
 
         env = {**stack.env, **env, "PYTHONPATH": str(src)}
-        proc, log_path = processes._spawn(
-            name, processes.api_argv("127.0.0.1", port := processes.free_port()), env, stack.log_dir, cwd=str(src)
-        )
-        url = f"http://127.0.0.1:{port}"
-        svc = stack.add(processes.Service(name, proc, url, log_path, processes._http_ok(url + "/v1/health")))
+        svc = stack.add(processes.start_api(env, processes.free_port(), stack.log_dir, name=name, cwd=str(src)))
     health = time.perf_counter() - t0  # start_api returns once /v1/health answers
     with httpx.Client(base_url=svc.url, timeout=120) as client:
         while time.perf_counter() - t0 < timeout_s:

@@ -210,8 +210,11 @@ def start_flower(env: dict, port: int, log_dir: Path, extra_args: list[str] | No
     return Service("flower", proc, url, log_path, _http_ok(url + "/healthcheck"))
 
 
-def start_api(env: dict, port: int, log_dir: Path, host: str = "127.0.0.1", name: str = "api") -> Service:
-    proc, log_path = _spawn(name, api_argv(host, port), env, log_dir)
+def start_api(
+    env: dict, port: int, log_dir: Path, host: str = "127.0.0.1", name: str = "api", cwd: str | None = None
+) -> Service:
+    """An API process; `cwd`: run another checkout's code (with PYTHONPATH pointing at it)."""
+    proc, log_path = _spawn(name, api_argv(host, port), env, log_dir, cwd=cwd)
     url = f"http://{host}:{port}"
     return Service(name, proc, url, log_path, _http_ok(url + "/v1/health"))
 

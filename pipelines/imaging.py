@@ -130,6 +130,7 @@ SIG_SIDE = 32  # the stored signature: SIG_SIDE x SIG_SIDE bytes per channel
 _PLANE = SIG_SIDE * SIG_SIDE
 _RENDER = 128  # the query is warped into the candidate's frame at this size, then boxed down
 _BLOCKS = 8  # the comparison grid (8 x 8 blocks of 4 x 4 signature pixels)
+_HALF_BLOCK = SIG_SIDE // _BLOCKS // 2  # the offset of the shifted grid
 _TEXTURED = 4.0  # a block whose levels vary less than this is flat ground: no correlation
 # The colour planes need more: JPEG keeps colour at half resolution and quantizes it coarsely, so a
 # small JPEG's colour blocks hold little but noise (a 96 x 144 label re-saved at q80 decorrelated
@@ -410,9 +411,8 @@ def _worst_block(qw: np.ndarray, ok: np.ndarray, c: np.ndarray, textured: float 
 def _worst_inner_block(qw: np.ndarray, ok: np.ndarray, c: np.ndarray) -> float:
     """The worst luma block away from the border, over the grid and the grid shifted by half a
     block (a character that straddles two blocks is whole in one of the shifted ones)."""
-    h = SIG_SIDE // _BLOCKS // 2
     aligned = _block_decorrelation(qw, ok, c)[1:-1, 1:-1]
-    shifted = _block_decorrelation(qw, ok, c, shift=h)[1:-1, 1:-1]
+    shifted = _block_decorrelation(qw, ok, c, shift=_HALF_BLOCK)[1:-1, 1:-1]
     return max(0.0, float(aligned.max()), float(shifted.max()))
 
 
@@ -432,9 +432,10 @@ def _score(qw: np.ndarray, cover: np.ndarray, c: np.ndarray, colour: np.ndarray 
     worst = _worst_inner_block(qw[0], ok, c)
     if _combined(residual, worst) > 1.0:
         return residual, worst, 0.0, 0.0
-    h = SIG_SIDE // _BLOCKS // 2
     grids = [
-        _block_decorrelation(qw[k + 1], ok, colour[k], _TEXTURED_COLOUR, shift) for shift in (0, h) for k in range(2)
+        _block_decorrelation(qw[k + 1], ok, colour[k], _TEXTURED_COLOUR, shift)
+        for shift in (0, _HALF_BLOCK)
+        for k in range(2)
     ]
     aligned = max(0.0, float(grids[0].max()), float(grids[1].max()))
     shifted = max(0.0, float(grids[2].max()), float(grids[3].max()))
