@@ -82,7 +82,7 @@ class TwoStage:
         self.by_fields: dict[str, list[int]] = defaultdict(list)
         self.verify_s: list[float] = []
 
-    def judge(self, img, sig, code, fields) -> dict[str, tuple[int, int, float] | None]:
+    def judge(self, view, code, fields) -> dict[str, tuple[int, int, float] | None]:
         """Per track ('fields', 'images'): (label index, distance, score) of the match, or None."""
         near = {int(k): d for k, d in self.mi.search(code)}
         same = [k for k in self.by_fields.get(neardup.fields_digest(fields), []) if k not in near]
@@ -90,11 +90,11 @@ class TwoStage:
         if not cands:
             return {"fields": None, "images": None}
         t0 = time.perf_counter()
-        parts = imaging.compare(img, [self.sigs[k] for k, _d in cands], sig)
+        agrees = [neardup.fields_agree(fields, self.fields[k]) for k, _d in cands]
+        parts = imaging.compare(view, [self.sigs[k] for k, _d in cands], loose=agrees)
         self.verify_s.append((time.perf_counter() - t0) / len(cands))
         best: dict[str, tuple[int, int, float] | None] = {"fields": None, "images": None}
-        for (k, d), part in zip(cands, parts, strict=True):
-            agree = neardup.fields_agree(fields, self.fields[k])
+        for (k, d), part, agree in zip(cands, parts, agrees, strict=True):
             for track in ("fields", "images"):
                 score = imaging.score_of(part, self.sigs[k], fields_agree=agree and track == "fields")
                 if track == "images":
@@ -152,11 +152,11 @@ def insert_labels(labels, design, two: TwoStage, base: dict, t: Tally) -> None:
     for i in range(len(labels)):
         img = render(labels, design, i)
         code = imaging.phash_int(imaging.phash_hex(img))
-        sig = imaging.signature(img)
-        for track, m in two.judge(img, sig, code, labels[i]).items():
+        view = imaging.query_view(img)
+        for track, m in two.judge(view, code, labels[i]).items():
             if m is not None:
                 t.merged[track].append((i, m[0], m[1]))
-        two.add(code, sig, labels[i])
+        two.add(code, view.sig, labels[i])
         for name, (fn, _t) in base.items():
             t.base_codes[name].append(hash_bits(fn(img)))
 
@@ -175,7 +175,7 @@ def check_variants(labels, design, two: TwoStage, base: dict, t: Tally, per_labe
             t.per_kind[kind] += 1
             code = imaging.phash_int(imaging.phash_hex(v))
             t.cand_recall[kind] += any(int(k) == i for k, _d in two.mi.search(code))
-            for track, m in two.judge(v, imaging.signature(v), code, labels[i]).items():
+            for track, m in two.judge(imaging.query_view(v), code, labels[i]).items():
                 if m is not None and m[0] == i:
                     t.found[track][kind] += 1
                 elif m is not None:

@@ -105,8 +105,7 @@ class Verifier:
     """Called by PHashIndex.check_and_insert with candidates (label_id, distance, entry); returns
     the best one that is the same label, or None. `judged` keeps every verdict for the report."""
 
-    image: Image.Image
-    sig: bytes
+    view: imaging.QueryView  # the query image as the verifier sees it (with its signature)
     fields: dict
     legacy_threshold: int  # entries indexed before signatures existed: distance alone decides
     use_fields: bool = True
@@ -129,9 +128,8 @@ class Verifier:
                 to_compare.append((len(verdicts), sig, agree))
             verdicts.append((label_id, distance, verdict))
         scores = imaging.verify_many(
-            self.image,
+            self.view,
             [sig for _i, sig, _l in to_compare],
-            self.sig,
             fields_agree=[agree for _i, _s, agree in to_compare],
         )
         for (row, _sig, agree), score in zip(to_compare, scores, strict=True):
@@ -150,6 +148,6 @@ class Verifier:
 
 def verifier_for(image: Image.Image, fields: dict | None, legacy_threshold: int, *, use_fields: bool = True):
     """(signature entry to store, fields digest, verifier) for one decoded image and its fields."""
-    sig = imaging.signature(image)
+    view = imaging.query_view(image)
     fields = (fields or {}) if use_fields else {}
-    return make_entry(sig, fields), fields_digest(fields), Verifier(image, sig, fields, legacy_threshold, use_fields)
+    return make_entry(view.sig, fields), fields_digest(fields), Verifier(view, fields, legacy_threshold, use_fields)

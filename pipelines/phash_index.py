@@ -35,9 +35,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numba as nb
 import numpy as np
 
-from pipelines.imaging import hamming, hamming_array
+from pipelines.imaging import hamming
 
 LOG_KEY = "yana:phash:log"
 SHA1_KEY = "yana:phash:sha1"
@@ -164,6 +165,64 @@ def probe_radii(threshold: int, m: int = BLOCKS) -> list[int]:
     return [q if j <= a else q - 1 for j in range(m)]
 
 
+_M1, _M2, _M4, _H01 = (
+    np.uint64(v) for v in (0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F, 0x0101010101010101)
+)
+
+
+@nb.njit(cache=True, nogil=True)
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & _M1)
+    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+    x = (x + (x >> np.uint64(4))) & _M4
+    return (x * _H01) >> np.uint64(56)
+
+
+@nb.njit(cache=True, nogil=True)
+def _search(code, radius, masks, n_masks, offsets, sorted_codes, sorted_rows, codes, n_sorted, n, alive):
+    """MultiIndex.search compiled: the probed buckets of each block, then the unsorted tail;
+    returns the live rows within `radius` and their distances, nearest first (then by row)."""
+    nb_ = masks.shape[0]
+    total = n - n_sorted  # room for every probed code: no growth in the loop
+    for j in range(nb_):
+        qb = (code >> np.uint64(BLOCK_BITS * (nb_ - 1 - j))) & np.uint64(0xFFFF)
+        for mi in range(n_masks[j]):
+            b = np.int64(masks[j, mi] ^ qb)
+            total += offsets[j, b + 1] - offsets[j, b]
+    rows = np.empty(total, dtype=np.int64)
+    dists = np.empty(total, dtype=np.int64)
+    k = 0
+    for j in range(nb_):
+        qb = (code >> np.uint64(BLOCK_BITS * (nb_ - 1 - j))) & np.uint64(0xFFFF)
+        for mi in range(n_masks[j]):
+            b = np.int64(masks[j, mi] ^ qb)
+            for pos in range(offsets[j, b], offsets[j, b + 1]):
+                d = np.int64(_popcount(sorted_codes[j, pos] ^ code))
+                if d <= radius:
+                    rows[k] = sorted_rows[j, pos]
+                    dists[k] = d
+                    k += 1
+    for row in range(n_sorted, n):  # recent additions not in the tables yet: scanned directly
+        d = np.int64(_popcount(codes[row] ^ code))
+        if d <= radius:
+            rows[k] = row
+            dists[k] = d
+            k += 1
+    order = np.argsort(rows[:k])  # a row found through two blocks counts once; removed rows not at all
+    out_rows = np.empty(k, dtype=np.int64)
+    out_d = np.empty(k, dtype=np.int64)
+    m = 0
+    for i in order:
+        r = rows[i]
+        if (m > 0 and out_rows[m - 1] == r) or not alive[r]:
+            continue
+        out_rows[m] = r
+        out_d[m] = dists[i]
+        m += 1
+    best = np.argsort(out_d[:m] * (n + 1) + out_rows[:m])
+    return out_rows[:m][best], out_d[:m][best]
+
+
 class MultiIndex:
     """In-memory exact Hamming-radius search over 64-bit codes (no Redis)."""
 
@@ -179,7 +238,16 @@ class MultiIndex:
         self._alive = np.zeros(1024, dtype=bool)
         self.n = 0
         self._pos: dict[int, int] = {}  # key -> row
-        self._sorted: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per block: (offsets, codes, rows)
+        # probe masks per block (padded to one array for the compiled search) and their counts
+        probes = [self._mask_cache[r] for r in self.radii]
+        self._masks = np.zeros((BLOCKS, max(len(m) for m in probes)), dtype=np.uint64)
+        for j, m in enumerate(probes):
+            self._masks[j, : len(m)] = m
+        self._n_masks = np.array([len(m) for m in probes], dtype=np.int64)
+        # per block: bucket offsets, the codes sorted by the block's value, their rows (see _rebuild)
+        self._offsets = np.zeros((BLOCKS, (1 << BLOCK_BITS) + 1), dtype=np.int64)
+        self._sorted_codes = np.zeros((BLOCKS, 0), dtype=np.uint64)
+        self._sorted_rows = np.zeros((BLOCKS, 0), dtype=np.int64)
         self._n_sorted = 0  # rows [0, n_sorted) are in the sorted tables; the rest is a scanned tail
 
     def __len__(self) -> int:
@@ -228,54 +296,38 @@ class MultiIndex:
     def _rebuild(self) -> None:
         """Per block: rows sorted by the block's value, their codes in that order (so a bucket's
         candidates are contiguous in memory) and bucket offsets (a bucket is found in O(1))."""
-        self._sorted = []
         codes = self.codes
+        offsets = np.zeros((BLOCKS, (1 << BLOCK_BITS) + 1), dtype=np.int64)
+        sorted_codes = np.empty((BLOCKS, len(codes)), dtype=np.uint64)
+        sorted_rows = np.empty((BLOCKS, len(codes)), dtype=np.int64)
         for j in range(BLOCKS):
             shift = np.uint64(BLOCK_BITS * (BLOCKS - 1 - j))
             block = ((codes >> shift) & np.uint64(0xFFFF)).astype(np.int64)
             order = np.argsort(block, kind="stable")
-            offsets = np.zeros((1 << BLOCK_BITS) + 1, dtype=np.int64)
-            np.cumsum(np.bincount(block, minlength=1 << BLOCK_BITS), out=offsets[1:])
-            self._sorted.append((offsets, codes[order], order.astype(np.int64)))
+            np.cumsum(np.bincount(block, minlength=1 << BLOCK_BITS), out=offsets[j, 1:])
+            sorted_codes[j] = codes[order]
+            sorted_rows[j] = order
+        self._offsets, self._sorted_codes, self._sorted_rows = offsets, sorted_codes, sorted_rows
         self._n_sorted = self.n
 
     def search(self, code: int, radius: int | None = None) -> list[tuple[int, int]]:
         """All (key, distance) within `radius` (<= threshold), nearest first."""
         radius = self.threshold if radius is None else min(radius, self.threshold)
-        hit_rows, hit_d = [], []
-        for j, (offsets, block_codes, rows) in enumerate(self._sorted):
-            masks = self._mask_cache[self.radii[j]]
-            if not len(masks):
-                continue
-            qb = (code >> (BLOCK_BITS * (BLOCKS - 1 - j))) & 0xFFFF
-            probe = (masks ^ np.uint64(qb)).astype(np.int64)
-            lo, hi = offsets[probe], offsets[probe + 1]
-            lens = hi - lo
-            total = int(lens.sum())
-            if total == 0:
-                continue
-            # Concatenate the buckets [lo, hi) without a Python loop.
-            idx = np.repeat(lo - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(total)
-            d = hamming_array(block_codes[idx], code)
-            ok = d <= radius
-            if ok.any():
-                hit_rows.append(rows[idx[ok]])
-                hit_d.append(d[ok])
-        if self._n_sorted < self.n:  # recent additions not in the tables yet: scanned directly
-            d = hamming_array(self._codes[self._n_sorted : self.n], code)
-            near = np.nonzero(d <= radius)[0]
-            hit_rows.append(near + self._n_sorted)
-            hit_d.append(d[near])
-        if not hit_rows:
-            return []
-        rows_all = np.concatenate(hit_rows)
-        d_all = np.concatenate(hit_d)
-        rows_u, first = np.unique(rows_all, return_index=True)  # found via two blocks: once
-        d_u = d_all[first]
-        live = self._alive[rows_u]
-        rows_u, d_u = rows_u[live], d_u[live]
-        order = np.lexsort((rows_u, d_u))
-        return [(int(self._keys[rows_u[i]]), int(d_u[i])) for i in order]
+        rows, dists = _search(
+            np.uint64(code),
+            radius,
+            self._masks,
+            self._n_masks,
+            self._offsets,
+            self._sorted_codes,
+            self._sorted_rows,
+            self._codes,
+            self._n_sorted,
+            self.n,
+            self._alive,
+        )
+        keys = self._keys[rows]
+        return list(zip(keys.tolist(), dists.tolist(), strict=True))
 
     def nearest(self, code: int) -> tuple[int, int] | None:
         hits = self.search(code)
@@ -307,16 +359,28 @@ class PHashIndex:
 
     def sync(self) -> int:
         """Apply log records appended since the last sync. Returns how many were read."""
+        return self._sync(None)[0]
+
+    def _sync(self, sha1: str | None) -> tuple[int, str | None]:
+        """`sync` in one round trip (the log's length and its tail together), which also reads the
+        sha1 map's entry of `sha1` when given: (records read, that entry or None)."""
         with self._lock:
-            length = int(self.r.strlen(self.log_key))
-            if length < self.offset * REC:  # the log was reset under us (a wiped Redis): start over
+            start = self.offset * REC
+            with self.r.pipeline(transaction=False) as p:
+                p.strlen(self.log_key)
+                p.getrange(self.log_key, start, -1)  # "" when nothing was appended
+                if sha1 is not None:
+                    p.hget(self.sha1_key, sha1)
+                res = p.execute()
+            length, raw = int(res[0]), res[1]
+            existing = res[2] if sha1 is not None else None
+            if length < start:  # the log was reset under us (a wiped Redis): start over
                 self.local = MultiIndex(self.radius)
                 self.offset = 0
-            start = self.offset * REC
-            raw = self.r.getrange(self.log_key, start, -1) if length > start else ""
+                raw = self.r.getrange(self.log_key, 0, -1)
             n = len(raw) // REC
             if n == 0:
-                return 0
+                return 0, existing
             raw = raw[: n * REC]
             ops, codes, keys = parse_records(raw)
             adds = ops == ord("+")
@@ -329,7 +393,7 @@ class PHashIndex:
                     else:
                         self.local.remove_key(int(k))
             self.offset += n
-            return n
+            return n, existing
 
     def search(self, phash_hex: str, radius: int | None = None) -> list[tuple[str, int]]:
         """Indexed labels within `radius` of a pHash (after a sync), nearest first."""
@@ -380,15 +444,15 @@ class PHashIndex:
         code = int(phash_hex, 16)
         same = self.fields_set(fields_digest) if verify is not None else ""
         judged: set[str] = set()
-        ex = self.r.hget(self.sha1_key, sha1)
-        if ex:
-            return self._existing(ex, owner, phash_hex)
         tail: list[tuple[str, int]] = []
-        for _ in range(64):
+        for attempt in range(64):
             if tail:  # candidates the script found after our offset
                 cands = tail
             else:
-                self.sync()
+                # the first sync also reads the exact-bytes entry (the script checks it again)
+                _n, ex = self._sync(sha1 if attempt == 0 else None)
+                if ex:
+                    return self._existing(ex, owner, phash_hex)
                 cands = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)]
                 near = {k for k, _d in cands}
                 cands += [c for c in self._same_fields(same, code) if c[0] not in near]

@@ -126,21 +126,12 @@ def test_generated_variants_stay_near_and_distinct_labels_stay_far():
 
 
 def _affine_only_score(image: Image.Image, sig: bytes) -> float:
-    """The verifier as it was before the homography refinement: unaligned, then affine."""
-    import numpy as np
-
-    q, c = imaging._sig_array(imaging.signature(image)), imaging._sig_array(sig)
-    colour = imaging._chroma_arrays(sig)
-    square = imaging._rgb_square(image, imaging._RENDER)
-    p = imaging._align(q, c[None])[0]
-    return min(
-        imaging._combined(*imaging._score(*imaging._warp_into(square, np.zeros(6)), c, colour)),
-        imaging._combined(*imaging._score(*imaging._warp_into(square, p), c, colour)),
-    )
+    """The verifier without the homography refinement: unaligned, then affine."""
+    return imaging.score_of(imaging.compare(image, [sig], homography=False)[0], sig)
 
 
 def test_phone_photos_pass_the_verifier_after_the_homography_refinement():
-    """Perspective warps (corners moved up to 3 %): an affine map cannot model them; the ECC
+    """Perspective warps (corners moved up to 3 %): an affine map cannot model them; the
     homography refinement must catch most of what it misses, while labels printed from one design
     with other text stay apart."""
     import random
