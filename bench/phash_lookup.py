@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import imaging, neardup  # noqa: E402
+from pipelines import imaging, ingest, neardup  # noqa: E402
 from pipelines.phash_index import REC, SIG_KEY, MultiIndex, PHashIndex  # noqa: E402
 from tools.datagen import images  # noqa: E402
 from yana.settings import get_settings  # noqa: E402
@@ -126,6 +126,7 @@ def bench_redis(sizes: list[int], n_ops: int, t: int, radius: int, pool_n: int) 
     the log tail and appends."""
     proc, r = _redis()
     pool = _label_pool(pool_n)
+    ingest.warm_up()  # a worker loads its compiled kernels as it starts (workers/bootstrap.py)
     try:
         print(f"\n## atomic check-and-insert through Redis ({n_ops} inserts per row; ms)")
         print("Half the inserts are planted near duplicates (a real variant image of the stored label")

@@ -342,6 +342,21 @@ def verify(query: Image.Image | QueryView, candidate_sig: bytes) -> float:
     return verify_many(query, [candidate_sig])[0]
 
 
+def warm_up() -> None:
+    """Run every compiled kernel of the verifier once (loads them from numba's on-disk cache, or
+    compiles them on a fresh install: ~15 s), so a worker's first candidate does not pay it."""
+    from PIL import ImageDraw
+
+    pictures = []
+    for k in range(2):
+        img = Image.new("RGB", (96, 144), (200, 180, 120))
+        ImageDraw.Draw(img).rectangle((20 + 10 * k, 30, 70, 100 - 20 * k), fill=(40, 20, 90))
+        pictures.append(img)
+    other = signature(pictures[1])
+    compare(pictures[0], [other, other[:_PLANE]])  # colour and grey-only, through every stage
+    compare(pictures[0], [other], loose=[True])
+
+
 def image_relpath(sha1: str, fmt: str) -> str:
     """Where an image lives, relative to DATA_DIR (content-addressed: rewriting it is harmless)."""
     return f"images/{sha1[:2]}/{sha1}.{EXTENSIONS[fmt]}"

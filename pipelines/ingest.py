@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipelines import chunking, imaging, labels, neardup, sources, vector_index
+from pipelines import chunking, imaging, labels, neardup, phash_index, sources, vector_index
 from pipelines.embed_cache import embed_cached
 from pipelines.ingest_accept import remove_staged
 from pipelines.phash_index import shared_index
@@ -65,6 +65,13 @@ class _NoJob:
 
     def save_meta(self, **values: Any) -> None:
         self.meta.update(values)
+
+
+def warm_up() -> None:
+    """Load the near-duplicate check's compiled code (the verifier and the pHash search) before a
+    first job needs it."""
+    imaging.warm_up()
+    phash_index.warm_up()
 
 
 def empty_outcome(index: int, name: str | None = None) -> dict:

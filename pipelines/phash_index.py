@@ -32,13 +32,13 @@ alone decides (the first stage used alone).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numba as nb
 import numpy as np
 
-from pipelines.imaging import hamming
+from pipelines.imaging import hamming, hamming_array
 
 LOG_KEY = "yana:phash:log"
 SHA1_KEY = "yana:phash:sha1"
@@ -125,6 +125,20 @@ class Outcome:
     phash: str = ""
     score: float | None = None  # the verifier's score of the match (None: exact bytes or no verifier)
     candidates: int = 0  # candidates within the radius that were judged
+
+
+@dataclass
+class _Synced:
+    """What one sync round trip brought (PHashIndex._sync, _candidates)."""
+
+    existing: str | None = None  # the sha1 map's entry of the image's bytes
+    entries: dict[str, str | None] = field(default_factory=dict)  # signature entries read with it
+    same: set[str] = field(default_factory=set)  # labels indexed with the same fields
+    reset: bool = False  # the log was reset: the local copy was rebuilt
+    read: int = 0
+    added_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    added_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    candidates: list[tuple[str, int]] = field(default_factory=list)
 
 
 class Verify(Protocol):
@@ -244,10 +258,13 @@ class MultiIndex:
         for j, m in enumerate(probes):
             self._masks[j, : len(m)] = m
         self._n_masks = np.array([len(m) for m in probes], dtype=np.int64)
-        # per block: bucket offsets, the codes sorted by the block's value, their rows (see _rebuild)
-        self._offsets = np.zeros((BLOCKS, (1 << BLOCK_BITS) + 1), dtype=np.int64)
-        self._sorted_codes = np.zeros((BLOCKS, 0), dtype=np.uint64)
-        self._sorted_rows = np.zeros((BLOCKS, 0), dtype=np.int64)
+        # per block: bucket offsets, the codes sorted by the block's value, their rows (see _rebuild),
+        # replaced as one tuple so a search running beside a rebuild sees one consistent set
+        self._tables = (
+            np.zeros((BLOCKS, (1 << BLOCK_BITS) + 1), dtype=np.int64),
+            np.zeros((BLOCKS, 0), dtype=np.uint64),
+            np.zeros((BLOCKS, 0), dtype=np.int64),
+        )
         self._n_sorted = 0  # rows [0, n_sorted) are in the sorted tables; the rest is a scanned tail
 
     def __len__(self) -> int:
@@ -307,31 +324,41 @@ class MultiIndex:
             np.cumsum(np.bincount(block, minlength=1 << BLOCK_BITS), out=offsets[j, 1:])
             sorted_codes[j] = codes[order]
             sorted_rows[j] = order
-        self._offsets, self._sorted_codes, self._sorted_rows = offsets, sorted_codes, sorted_rows
-        self._n_sorted = self.n
+        self._tables = (offsets, sorted_codes, sorted_rows)
+        self._n_sorted = len(codes)
 
     def search(self, code: int, radius: int | None = None) -> list[tuple[int, int]]:
         """All (key, distance) within `radius` (<= threshold), nearest first."""
         radius = self.threshold if radius is None else min(radius, self.threshold)
+        offsets, sorted_codes, sorted_rows = self._tables
+        codes, alive, keys_all = self._codes, self._alive, self._keys
+        # the compiled search reads without bounds checks: every row it is given must exist
+        n = min(self.n, len(codes), len(alive), len(keys_all))
         rows, dists = _search(
             np.uint64(code),
             radius,
             self._masks,
             self._n_masks,
-            self._offsets,
-            self._sorted_codes,
-            self._sorted_rows,
-            self._codes,
-            self._n_sorted,
-            self.n,
-            self._alive,
+            offsets,
+            sorted_codes,
+            sorted_rows,
+            codes,
+            min(sorted_codes.shape[1], n),
+            n,
+            alive,
         )
-        keys = self._keys[rows]
-        return list(zip(keys.tolist(), dists.tolist(), strict=True))
+        return list(zip(keys_all[rows].tolist(), dists.tolist(), strict=True))
 
     def nearest(self, code: int) -> tuple[int, int] | None:
         hits = self.search(code)
         return hits[0] if hits else None
+
+
+def warm_up() -> None:
+    """Run the compiled search once (see imaging.warm_up)."""
+    mi = MultiIndex(12)
+    mi.add_many(np.arange(4096, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15), np.arange(4096, dtype=np.uint64))
+    mi.search(12345)
 
 
 class PHashIndex:
@@ -359,11 +386,12 @@ class PHashIndex:
 
     def sync(self) -> int:
         """Apply log records appended since the last sync. Returns how many were read."""
-        return self._sync(None)[0]
+        return self._sync().read
 
-    def _sync(self, sha1: str | None) -> tuple[int, str | None]:
+    def _sync(self, sha1: str | None = None, prefetch: list[str] | None = None, same: str = "") -> _Synced:
         """`sync` in one round trip (the log's length and its tail together), which also reads the
-        sha1 map's entry of `sha1` when given: (records read, that entry or None)."""
+        sha1 map's entry of `sha1`, the signature entries of the keys in `prefetch` and the members
+        of the set `same`, where given."""
         with self._lock:
             start = self.offset * REC
             with self.r.pipeline(transaction=False) as p:
@@ -371,18 +399,26 @@ class PHashIndex:
                 p.getrange(self.log_key, start, -1)  # "" when nothing was appended
                 if sha1 is not None:
                     p.hget(self.sha1_key, sha1)
+                if prefetch:
+                    p.hmget(self.sig_key, prefetch)
+                if same:
+                    p.smembers(same)
                 res = p.execute()
-            length, raw = int(res[0]), res[1]
-            existing = res[2] if sha1 is not None else None
+            length, raw, rest = int(res[0]), res[1], iter(res[2:])
+            out = _Synced(
+                existing=next(rest) if sha1 is not None else None,
+                entries=dict(zip(prefetch, next(rest), strict=True)) if prefetch else {},
+                same=set(next(rest)) if same else set(),
+            )
             if length < start:  # the log was reset under us (a wiped Redis): start over
                 self.local = MultiIndex(self.radius)
                 self.offset = 0
+                out.reset = True
                 raw = self.r.getrange(self.log_key, 0, -1)
             n = len(raw) // REC
             if n == 0:
-                return 0, existing
-            raw = raw[: n * REC]
-            ops, codes, keys = parse_records(raw)
+                return out
+            ops, codes, keys = parse_records(raw[: n * REC])
             adds = ops == ord("+")
             if adds.all():
                 self.local.add_many(codes, keys)
@@ -393,37 +429,58 @@ class PHashIndex:
                     else:
                         self.local.remove_key(int(k))
             self.offset += n
-            return n, existing
+            out.read, out.added_codes, out.added_keys = n, codes[adds], keys[adds]
+            return out
+
+    def _candidates(self, code: int, sha1: str | None, same: str, verify: Verify | None) -> _Synced:
+        """Sync, then the candidates within the radius (and, with `same`, every label indexed with
+        the same fields), nearest first, in the sync's round trip where possible: the local copy is
+        searched before the sync and the signatures of what it finds read with it; then only the
+        records the sync brought are looked at (a full search when the log was reset)."""
+        before = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)] if verify is not None else []
+        synced = self._sync(sha1, [k for k, _d in before], same)
+        if synced.reset or verify is None:
+            found = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)]
+        else:
+            found = [c for c in before if self.local.code_of(int(c[0], 16)) is not None]  # not removed since
+            seen = {k for k, _d in found}
+            dist = hamming_array(synced.added_codes, code)
+            for i in np.nonzero(dist <= self.radius)[0].tolist():
+                added = int(synced.added_keys[i])
+                if f"{added:016x}" not in seen and self.local.code_of(added) is not None:
+                    seen.add(f"{added:016x}")
+                    found.append((f"{added:016x}", int(dist[i])))
+        near = {k for k, _d in found}
+        for member in synced.same:
+            c = self.local.code_of(int(member, 16))
+            if c is not None and member not in near:
+                found.append((member, hamming(c, code)))
+        synced.candidates = sorted(found, key=lambda c: c[1])
+        return synced
 
     def search(self, phash_hex: str, radius: int | None = None) -> list[tuple[str, int]]:
         """Indexed labels within `radius` of a pHash (after a sync), nearest first."""
         self.sync()
         return [(label_of_key(f"{k:016x}"), d) for k, d in self.local.search(int(phash_hex, 16), radius)]
 
-    def _judge(self, cands: list[tuple[str, int]], verify: Verify | None) -> tuple[str, int, float | None] | None:
-        """The matching candidate (key, distance, score) among (key, distance) pairs, or None."""
+    def _judge(
+        self, cands: list[tuple[str, int]], verify: Verify | None, entries: dict[str, str | None]
+    ) -> tuple[str, int, float | None] | None:
+        """The matching candidate (key, distance, score) among (key, distance) pairs, or None.
+        `entries`: signature entries already read (the others are read here)."""
         if not cands:
             return None
         if verify is None:
             near = [c for c in cands if c[1] <= self.threshold]
             return (near[0][0], near[0][1], None) if near else None
-        entries = self.r.hmget(self.sig_key, [k for k, _d in cands])
-        m = verify([(label_of_key(k), d, e) for (k, d), e in zip(cands, entries, strict=True)])
+        missing = [k for k, _d in cands if k not in entries]
+        if missing:
+            entries.update(zip(missing, self.r.hmget(self.sig_key, missing), strict=True))
+        m = verify([(label_of_key(k), d, entries[k]) for k, d in cands])
         return (m.label_id.removeprefix("label_"), m.distance, m.score) if m else None
 
     def fields_set(self, fields_digest: str) -> str:
         return FIELDS_KEY.format(digest=fields_digest) if fields_digest else ""
-
-    def _same_fields(self, same: str, code: int) -> list[tuple[str, int]]:
-        """Indexed labels with the same fields, with their pHash distance (local copy)."""
-        if not same:
-            return []
-        out = []
-        for k in self.r.smembers(same):
-            c = self.local.code_of(int(k, 16))
-            if c is not None:
-                out.append((k, hamming(c, code)))
-        return out
 
     def check_and_insert(
         self,
@@ -444,21 +501,20 @@ class PHashIndex:
         code = int(phash_hex, 16)
         same = self.fields_set(fields_digest) if verify is not None else ""
         judged: set[str] = set()
+        entries: dict[str, str | None] = {}
         tail: list[tuple[str, int]] = []
         for attempt in range(64):
             if tail:  # candidates the script found after our offset
                 cands = tail
             else:
                 # the first sync also reads the exact-bytes entry (the script checks it again)
-                _n, ex = self._sync(sha1 if attempt == 0 else None)
-                if ex:
-                    return self._existing(ex, owner, phash_hex)
-                cands = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)]
-                near = {k for k, _d in cands}
-                cands += [c for c in self._same_fields(same, code) if c[0] not in near]
-                cands.sort(key=lambda c: c[1])
+                synced = self._candidates(code, sha1 if attempt == 0 else None, same, verify)
+                if synced.existing:
+                    return self._existing(synced.existing, owner, phash_hex)
+                entries.update(synced.entries)
+                cands = synced.candidates
             cands = [c for c in cands if c[0] not in judged]
-            hit = self._judge(cands, verify)
+            hit = self._judge(cands, verify, entries)
             judged.update(k for k, _d in cands)
             if hit:
                 return Outcome("dedup", label_of_key(hit[0]), hit[1], score=hit[2], candidates=len(judged))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from celery import signals
 
@@ -64,11 +65,21 @@ def _worker_init(**_):
 
 def _preload_model() -> None:
     from pipelines.embedding import get_embedder
+    from pipelines.ingest import warm_up
 
     try:
         get_embedder()
     except Exception:  # noqa: BLE001 - the first job loads it again and fails with a clear error
         logging.getLogger("yana.worker").warning("embedding model preload failed", exc_info=True)
+    started = time.monotonic()
+    try:
+        warm_up()
+    except Exception:  # noqa: BLE001 - the first near-duplicate check compiles them again
+        logging.getLogger("yana.worker").warning("near-duplicate kernels warm-up failed", exc_info=True)
+    else:
+        logging.getLogger("yana.worker").info(
+            "near-duplicate kernels ready", extra={"seconds": round(time.monotonic() - started, 2)}
+        )
 
 
 @signals.worker_process_init.connect

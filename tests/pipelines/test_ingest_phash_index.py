@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import redis
 
-from pipelines.phash_index import MultiIndex, PHashIndex, probe_radii
+from pipelines.phash_index import MultiIndex, PHashIndex, _Synced, probe_radii
 
 
 def _sha(x) -> str:
@@ -124,7 +124,7 @@ def test_a_candidate_appended_after_the_callers_copy_is_judged_before_inserting(
     b = PHashIndex(redis_client, 4, radius=12, **keys)
     b.sync()
     first = a.check_and_insert("00000000000000ff", _sha("a"), "x:0", entry="sig-a")
-    b.sync = lambda: 0
+    b._sync = lambda *_args, **_kw: _Synced()  # b reads nothing more of the log
     rec = _Recorder(set())
     out = b.check_and_insert("0000000000000fff", _sha("b"), "x:1", entry="sig-b", verify=rec)
     assert out.status == "indexed"
@@ -132,6 +132,24 @@ def test_a_candidate_appended_after_the_callers_copy_is_judged_before_inserting(
     rec = _Recorder({first.label_id})
     out = b.check_and_insert("00000000000000fe", _sha("c"), "x:2", verify=rec)
     assert (out.status, out.label_id) == ("dedup", first.label_id)
+
+
+def test_one_round_trip_brings_the_log_tail_and_the_signatures_of_local_candidates(redis_client, keys):
+    """b's copy holds a's label but not c's (appended by another process since): both are
+    candidates; a's signature comes with the sync's round trip, c's is read for it."""
+    a = PHashIndex(redis_client, 4, radius=12, **keys)
+    b = PHashIndex(redis_client, 4, radius=12, **keys)
+    la = a.check_and_insert("00000000000000ff", _sha("a"), "x:0", entry="sig-a")
+    b.sync()
+    lc = a.check_and_insert("000000000000ffff", _sha("c"), "x:1", entry="sig-c")
+    direct: list[list[str]] = []
+    hmget = b.r.hmget
+    b.r.hmget = lambda key, fields: direct.append(list(fields)) or hmget(key, fields)
+    rec = _Recorder(set())
+    out = b.check_and_insert("0000000000000fff", _sha("b"), "x:2", entry="sig-b", verify=rec)
+    assert out.status == "indexed"
+    assert sorted(rec.calls[0]) == sorted([(la.label_id, 4, "sig-a"), (lc.label_id, 4, "sig-c")])
+    assert direct == [[_sha("c")[:16]]], "only the candidate the sync brought is read on its own"
 
 
 def test_removal_is_seen_by_other_processes(redis_client, keys):
