@@ -7,6 +7,11 @@ Starts a private stack (tests/stack.py: redis-server, chroma, the API) in a temp
 phase per worker count: worker processes of concurrency 1 and one embedding thread, each pinned to
 its own core, fed fresh images (no dedup across phases). Prints the end-to-end images/s of each
 phase and its ratio to one worker, beside the embedding backend alone on the same texts.
+
+It also prints the CPU time each part of the system spent per image in each phase (the workers,
+the API, Chroma, Redis, this client): on a host with as many cores as workers, the other parts
+take CPU from the workers, and the rate the workers alone would reach on cores of their own
+(worker processes / worker CPU seconds per image) says whether they scale.
 """
 
 from __future__ import annotations
@@ -66,6 +71,30 @@ def pin(svc, cpu: int) -> None:
         p.cpu_affinity([cpu])
 
 
+def cpu_seconds(stack) -> dict[str, float]:
+    """CPU seconds (user + system) so far per part: workers (with their pool children), the API,
+    Chroma, Redis, and this process (the client)."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for svc in stack.services:
+        part = "workers" if svc.name.startswith("w") else svc.name
+        try:
+            proc = psutil.Process(svc.proc.pid)
+            procs = [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            out[part] = out.get(part, 0.0) + t.user + t.system
+    me = psutil.Process().cpu_times()
+    out["client"] = me.user + me.system
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=256, help="images per phase")
@@ -92,6 +121,7 @@ def main() -> None:
     # One process per worker, one thread each (processes x threads = cores), pinned to its own core.
     stack = start_stack(root, worker=False, INGEST_BATCH_SIZE=str(args.batch), EMBED_THREADS="1")
     rows = []
+    cpu_ms: list[dict[str, float]] = []
     try:
         with httpx.Client(base_url=stack.api_url, timeout=300) as client:
             workers = []
@@ -110,10 +140,13 @@ def main() -> None:
                     for i in range(0, len(part), args.batch)
                 ]
                 texts = [labels.label_text({**m, "label_features": m["label_features"]}) for m in part]
+                cpu0 = cpu_seconds(stack)
                 t0 = time.perf_counter()
                 with ThreadPoolExecutor(args.parallel * count) as pool:
                     jobs = list(pool.map(lambda b: post(client, b), batches))
                 e2e_s = time.perf_counter() - t0
+                cpu1 = cpu_seconds(stack)
+                cpu_ms.append({k: 1e3 * (cpu1[k] - cpu0.get(k, 0.0)) / len(part) for k in cpu1})
                 res = [j["result"] for j in jobs]
                 rows.append(
                     (
@@ -144,6 +177,14 @@ def main() -> None:
     for count, rate, secs, indexed, failed, load in rows:
         print(f"| {count} | {rate:.1f} | {secs:.2f} | {indexed} | {failed} | {load:.1f} | {rate / rows[0][1]:.2f} |")
     print(f"embedding backend alone, one thread, same texts: {len(texts) / embed_s:.1f} texts/s")
+    parts = ["workers", "api", "chroma", "redis", "client"]
+    print("\nCPU ms per image by part (user + system), and the rate the workers alone would reach with a core each:")
+    print(f"| worker processes | {' | '.join(parts)} | all | worker-bound images/s | x one worker |")
+    print("|---:|" + "---:|" * (len(parts) + 3))
+    bound = [count / (cpu["workers"] / 1e3) for (count, *_r), cpu in zip(rows, cpu_ms, strict=True)]
+    for (count, *_r), cpu, b in zip(rows, cpu_ms, bound, strict=True):
+        cells = " | ".join(f"{cpu.get(p, 0.0):.1f}" for p in parts)
+        print(f"| {count} | {cells} | {sum(cpu.values()):.1f} | {b:.1f} | {b / bound[0]:.2f} |")
     print(f"load average after the run (cores shared with other processes): {os.getloadavg()}")
 
 
