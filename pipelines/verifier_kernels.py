@@ -60,8 +60,14 @@ def gaussian_blur(img, sigma):
         kern[i + radius] = np.exp(-0.5 * i * i / (sigma * sigma))
         total += kern[i + radius]
     kern /= total
+    return _convolve_columns(_convolve_columns(img, kern).T, kern).T
+
+
+@nb.njit(**_JIT)
+def _convolve_columns(img, kern):
+    """img convolved along its first axis with the symmetric kernel (mode 'reflect')."""
+    radius = kern.size // 2
     h, w = img.shape
-    tmp = np.zeros((h, w))
     out = np.zeros((h, w))
     for y in range(h):
         for x in range(w):
@@ -70,14 +76,6 @@ def gaussian_blur(img, sigma):
                 yy = y + i
                 yy = -yy - 1 if yy < 0 else (2 * h - yy - 1 if yy >= h else yy)
                 acc += kern[i + radius] * img[yy, x]
-            tmp[y, x] = acc
-    for y in range(h):
-        for x in range(w):
-            acc = 0.0
-            for i in range(-radius, radius + 1):
-                xx = x + i
-                xx = -xx - 1 if xx < 0 else (2 * w - xx - 1 if xx >= w else xx)
-                acc += kern[i + radius] * tmp[y, xx]
             out[y, x] = acc
     return out
 
@@ -126,6 +124,17 @@ def pyramid(img):
 
 
 @nb.njit(**_JIT)
+def _cell(px, py, s):
+    """The bilinear cell of a pixel-centre position clamped into an s x s picture: its top-left
+    pixel and the fractions."""
+    px = min(max(px, 0.0), s - 1.001)
+    py = min(max(py, 0.0), s - 1.001)
+    x0 = int(px)
+    y0 = int(py)
+    return x0, y0, px - x0, py - y0
+
+
+@nb.njit(**_JIT)
 def _sample_affine(cl, gx, gy, m, cw, gxw, gyw, inside):
     """Per point of the query's grid (s x s, normalised units), whether m maps it inside the
     candidate level cl, and the level and its gradients there (bilinear, clamped to the border).
@@ -140,12 +149,7 @@ def _sample_affine(cl, gx, gy, m, cw, gxw, gyw, inside):
         cy = (m[1, 0] * u + m[1, 1] * v + m[1, 2]) * s + half
         inside[j] = 1.0 if (cx >= 0 and cx <= s - 1 and cy >= 0 and cy <= s - 1) else 0.0
         n += inside[j]
-        cx = min(max(cx, 0.0), s - 1.001)
-        cy = min(max(cy, 0.0), s - 1.001)
-        x0 = int(cx)
-        y0 = int(cy)
-        fx = cx - x0
-        fy = cy - y0
+        x0, y0, fx, fy = _cell(cx, cy, s)
         w00 = (1 - fx) * (1 - fy)
         w01 = fx * (1 - fy)
         w10 = (1 - fx) * fy
@@ -157,19 +161,23 @@ def _sample_affine(cl, gx, gy, m, cw, gxw, gyw, inside):
 
 
 @nb.njit(**_JIT)
+def _weighted_means(w, a, b, total):
+    """sum(w * a) / total and sum(w * b) / total."""
+    ma = 0.0
+    mb = 0.0
+    for j in range(w.size):
+        ma += w[j] * a[j]
+        mb += w[j] * b[j]
+    return ma / total, mb / total
+
+
+@nb.njit(**_JIT)
 def _affine_step(q1, cw, gxw, gyw, inside, n):
     """One Gauss-Newton step (6 affine parameters, then gain and offset) from the samples."""
     npts = q1.size
     s = int(np.sqrt(npts))
     half = (s - 1) / 2
-    nn = max(n, 1.0)
-    qm = 0.0
-    cm = 0.0
-    for j in range(npts):
-        qm += inside[j] * q1[j]
-        cm += inside[j] * cw[j]
-    qm /= nn
-    cm /= nn
+    qm, cm = _weighted_means(inside, q1, cw, max(n, 1.0))
     num = 0.0
     den = 0.0
     for j in range(npts):
@@ -216,31 +224,32 @@ def align_affine(ql, cl, m, iters):
         n = _sample_affine(cl, gx, gy, m, cw, gxw, gyw, inside)
         dp = _affine_step(q1, cw, gxw, gyw, inside, n)
         if n >= (s * s) // 4:
-            m[0, 0] += dp[0]
-            m[0, 1] += dp[1]
-            m[0, 2] += dp[2]
-            m[1, 0] += dp[3]
-            m[1, 1] += dp[4]
-            m[1, 2] += dp[5]
+            for k in range(6):  # the two rows of the affine map
+                m[k // 3, k % 3] += dp[k]
         if np.abs(dp[:6]).max() < _STEP_DONE:
             break
     return m
 
 
 @nb.njit(**_JIT)
-def _to_pixels(m, s):
-    """A map of normalised points as a map of pixel centres (0 .. s-1) at side s."""
+def _pixel_frame(s):
+    """(normalised -> pixel centres, pixel centres -> normalised) at side s."""
     half = (s - 1) / 2
     to_px = np.array([[s, 0.0, half], [0.0, s, half], [0.0, 0.0, 1.0]])
     to_norm = np.array([[1.0 / s, 0.0, -half / s], [0.0, 1.0 / s, -half / s], [0.0, 0.0, 1.0]])
+    return to_px, to_norm
+
+
+@nb.njit(**_JIT)
+def _to_pixels(m, s):
+    """A map of normalised points as a map of pixel centres (0 .. s-1) at side s."""
+    to_px, to_norm = _pixel_frame(s)
     return to_px @ m @ to_norm
 
 
 @nb.njit(**_JIT)
 def _from_pixels(h, s):
-    half = (s - 1) / 2
-    to_px = np.array([[s, 0.0, half], [0.0, s, half], [0.0, 0.0, 1.0]])
-    to_norm = np.array([[1.0 / s, 0.0, -half / s], [0.0, 1.0 / s, -half / s], [0.0, 0.0, 1.0]])
+    to_px, to_norm = _pixel_frame(s)
     return to_norm @ h @ to_px
 
 
@@ -311,13 +320,7 @@ def _ecc_zero_mean(warped, mask, t1, tzm, cnt):
     """Inside the mask, the warped input and the template less their means (outside it the
     warped input keeps its value and the template is 0, as OpenCV's masked subtract leaves them).
     Returns the two norms and their correlation."""
-    im = 0.0
-    tm = 0.0
-    for j in range(t1.size):
-        im += mask[j] * warped[j]
-        tm += mask[j] * t1[j]
-    im /= cnt
-    tm /= cnt
+    im, tm = _weighted_means(mask, warped, t1, cnt)
     ivar = 0.0
     tvar = 0.0
     correlation = 0.0
@@ -387,23 +390,17 @@ def ecc_homography(tmpl, img, h, max_iters):
             return h, False, it
         lam = (img_norm * img_norm - img_proj @ iph) / lambda_d
         dp = hess_inv @ (jac.T @ (lam * tzm - warped))
-        h[0, 0] += dp[0]
-        h[1, 0] += dp[1]
-        h[2, 0] += dp[2]
-        h[0, 1] += dp[3]
-        h[1, 1] += dp[4]
-        h[2, 1] += dp[5]
-        h[0, 2] += dp[6]
-        h[1, 2] += dp[7]
+        for k in range(8):  # OpenCV's order: column by column, h[2, 2] stays 1
+            h[k % 3, k // 3] += dp[k]
     return h, True, it
 
 
 @nb.njit(**_JIT)
 def warp(square, m):
-    """The query square (RENDER x RENDER x 3, uint8) seen in the candidate's frame through m, as
-    Pillow renders it (imaging's first version warped with Image.transform, then resized with BOX):
-    bilinear samples at RENDER px, truncated to bytes, 0 outside the query, then boxed to SIG px in
-    two rounded passes (rows, then columns). Returns its channels (3 x SIG x SIG: luma, red-green,
+    """The query square (RENDER x RENDER x 3 RGB, float64: bytes would wrap in the lerps) seen in
+    the candidate's frame through m, as Pillow renders it (imaging's first version warped with
+    Image.transform, then resized with BOX): bilinear samples at RENDER px, truncated to bytes, 0
+    outside the query, then boxed to SIG px in two rounded passes (rows, then columns). Returns its channels (3 x SIG x SIG: luma, red-green,
     yellow-blue) and per signature pixel whether all its samples fell inside the query."""
     mi = np.linalg.inv(m)
     out = np.zeros((3, SIG, SIG))
@@ -503,12 +500,7 @@ def warp_preview(unaligned, m):
                 continue
             px = ((mi[0, 0] * un + mi[0, 1] * vn + mi[0, 2]) / den + 0.5) * SIG - 0.5
             py = ((mi[1, 0] * un + mi[1, 1] * vn + mi[1, 2]) / den + 0.5) * SIG - 0.5
-            px = min(max(px, 0.0), SIG - 1.001)
-            py = min(max(py, 0.0), SIG - 1.001)
-            x0 = int(px)
-            y0 = int(py)
-            fx = px - x0
-            fy = py - y0
+            x0, y0, fx, fy = _cell(px, py, SIG)
             for ch in range(3):
                 a = unaligned[ch, y0, x0] + (unaligned[ch, y0, x0 + 1] - unaligned[ch, y0, x0]) * fx
                 b = unaligned[ch, y0 + 1, x0] + (unaligned[ch, y0 + 1, x0 + 1] - unaligned[ch, y0 + 1, x0]) * fx
