@@ -247,3 +247,31 @@ def test_a_rotation_is_not_failed_by_its_border_blocks():
     img = images.render_label(meta, size=(240, 360), seed=7000055)
     rotated = img.rotate(1.9927, resample=Image.BICUBIC, fillcolor=img.getpixel((0, 0)))
     assert imaging.verify(rotated, imaging.signature(img)) <= 1.0
+
+
+def test_the_compiled_warp_renders_the_query_as_pillow_does():
+    """pipelines.verifier_kernels.warp stands in for Pillow's affine transform (bilinear, bytes)
+    and BOX resize, which the verifier's limits were tuned with: same values, same coverage."""
+    import numpy as np
+
+    from pipelines import verifier_kernels
+
+    img = images.render_label({"brand_name": "雪の鶴", "category": "sake", "product_name": "雪の鶴 純米"}, seed=12)
+    square = imaging._rgb_square(img, imaging._RENDER)
+    rng = np.random.default_rng(5)
+    r = imaging._RENDER
+    for _ in range(4):
+        p = rng.normal(0, 0.04, 6)
+        m = np.array([[1 + p[0], p[1], p[2]], [p[3], 1 + p[4], p[5]], [0.0, 0.0, 1.0]])
+        # Pillow's transform takes the inverse map, in pixels of the output's centres
+        ai = np.linalg.inv(m[:2, :2])
+        base = ai @ (np.array([-0.5, -0.5]) - m[:2, 2])
+        data = (ai[0, 0], ai[0, 1], r * (base[0] + 0.5), ai[1, 0], ai[1, 1], r * (base[1] + 0.5))
+        warped = square.transform((r, r), Image.Transform.AFFINE, data, Image.Resampling.BILINEAR, fillcolor=0)
+        cover = Image.new("L", (r, r), 255).transform((r, r), Image.Transform.AFFINE, data, fillcolor=0)
+        side = imaging.SIG_SIDE
+        want = imaging._channels(np.asarray(warped.resize((side, side), Image.Resampling.BOX), dtype=np.float32))
+        want_ok = np.asarray(cover.resize((side, side), Image.Resampling.BOX)) == 255
+        got, ok = verifier_kernels.warp(np.asarray(square, dtype=np.float64), m)
+        assert (ok == want_ok).all()
+        assert np.abs(got - want)[:, ok].max() < 1e-3
