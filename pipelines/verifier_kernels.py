@@ -509,6 +509,30 @@ def warp_preview(unaligned, m):
 
 
 @nb.njit(**_JIT)
+def _moments(qw, c, ok, y0, y1, x0, x1):
+    """Over the covered pixels of rows y0..y1-1 and columns x0..x1-1: their count and the sums of
+    qw, c, qw^2, c^2 and qw * c."""
+    n = 0.0
+    sx = 0.0
+    sy = 0.0
+    sxx = 0.0
+    syy = 0.0
+    sxy = 0.0
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            if ok[y, x]:
+                a = qw[y, x]
+                b = c[y, x]
+                n += 1
+                sx += a
+                sy += b
+                sxx += a * a
+                syy += b * b
+                sxy += a * b
+    return n, sx, sy, sxx, syy, sxy
+
+
+@nb.njit(**_JIT)
 def worst_block(qw, ok, c, textured, shift, inner):
     """1 - correlation of the worst block of the comparison grid (shifted by `shift` px: one
     block fewer per side), over the covered pixels, among blocks covered at least half and
@@ -519,23 +543,9 @@ def worst_block(qw, ok, c, textured, shift, inner):
     worst = 0.0
     for bi in range(lo, hi):
         for bj in range(lo, hi):
-            cnt = 0.0
-            sx = 0.0
-            sy = 0.0
-            sxx = 0.0
-            syy = 0.0
-            sxy = 0.0
-            for y in range(shift + bi * BLOCK, shift + (bi + 1) * BLOCK):
-                for x in range(shift + bj * BLOCK, shift + (bj + 1) * BLOCK):
-                    if ok[y, x]:
-                        a = qw[y, x]
-                        b = c[y, x]
-                        cnt += 1
-                        sx += a
-                        sy += b
-                        sxx += a * a
-                        syy += b * b
-                        sxy += a * b
+            y0 = shift + bi * BLOCK
+            x0 = shift + bj * BLOCK
+            cnt, sx, sy, sxx, syy, sxy = _moments(qw, c, ok, y0, y0 + BLOCK, x0, x0 + BLOCK)
             if cnt < BLOCK * BLOCK / 2:
                 continue
             mx = sx / cnt
@@ -554,38 +564,15 @@ def _residual(qw, ok, c):
     """The candidate's luma less its best gain and offset fit by the warped query's luma, over the
     covered pixels: the RMS relative to the candidate's own spread; -1.0 when under half of the
     picture is covered (the alignment ran off: not the same picture)."""
-    n = 0
-    sx = 0.0
-    sy = 0.0
-    for y in range(SIG):
-        for x in range(SIG):
-            if ok[y, x]:
-                n += 1
-                sx += qw[y, x]
-                sy += c[y, x]
+    n, sx, sy, sxx, syy, sxy = _moments(qw, c, ok, 0, SIG, 0, SIG)
     if n < SIG * SIG // 2:
         return -1.0
-    xm = sx / n
-    ym = sy / n
-    sxy = 0.0
-    sxx = 0.0
-    syy = 0.0
-    for y in range(SIG):
-        for x in range(SIG):
-            if ok[y, x]:
-                dx = qw[y, x] - xm
-                dy = c[y, x] - ym
-                sxy += dx * dy
-                sxx += dx * dx
-                syy += dy * dy
-    gain = sxy / max(sxx, 1e-6)
-    err = 0.0
-    for y in range(SIG):
-        for x in range(SIG):
-            if ok[y, x]:
-                e = (c[y, x] - ym) - gain * (qw[y, x] - xm)
-                err += e * e
-    return np.sqrt(err / n) / (np.sqrt(syy / n) + 1e-3)
+    vxx = sxx - sx * sx / n  # centred sums (levels are bytes: no cancellation to speak of)
+    vyy = syy - sy * sy / n
+    vxy = sxy - sx * sy / n
+    gain = vxy / max(vxx, 1e-6)
+    err = max(vyy - 2 * gain * vxy + gain * gain * vxx, 0.0)
+    return np.sqrt(err / n) / (np.sqrt(max(vyy, 0.0) / n) + 1e-3)
 
 
 @nb.njit(**_JIT)
