@@ -5,7 +5,8 @@ costs more in dispatch than in arithmetic (an aligned comparison took ~5 ms, ~25
 Gauss-Newton iteration). Here they are loops compiled by numba (nopython, cached on disk next to
 this file), one call per candidate: the unaligned comparison, the affine alignment (Gauss-Newton,
 coarse then fine), the homography refinement for a phone photo's perspective, the warps of the
-query into the candidate's frame and the block scores.
+query into the candidate's frame, a 32 px preview of each warp that skips the exact one where no
+pair could pass (imaging.PREVIEW_RESIDUAL_FACTOR), and the block scores.
 
 Coordinates: a point of a picture is given in normalised units, u = E / side - 0.5 where E is the
 position measured from the picture's top-left edge in pixels of that side (so -0.5 .. 0.5 across
