@@ -136,6 +136,7 @@ class _Synced:
     same: set[str] = field(default_factory=set)  # labels indexed with the same fields
     reset: bool = False  # the log was reset: the local copy was rebuilt
     read: int = 0
+    offset: int = 0  # log records applied after it (the candidates cover every record before)
     added_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     added_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     candidates: list[tuple[str, int]] = field(default_factory=list)
@@ -380,7 +381,7 @@ class PHashIndex:
         self.log_key, self.sha1_key, self.sig_key = log_key, sha1_key, sig_key
         self.local = MultiIndex(self.radius)
         self.offset = 0  # records of the log applied to `local`
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a sync, and a candidate search with the sync it rests on
         self._check = r.register_script(_CHECK_AND_INSERT)
         self._remove = r.register_script(_REMOVE)
 
@@ -416,6 +417,7 @@ class PHashIndex:
                 out.reset = True
                 raw = self.r.getrange(self.log_key, 0, -1)
             n = len(raw) // REC
+            out.offset = self.offset
             if n == 0:
                 return out
             ops, codes, keys = parse_records(raw[: n * REC])
@@ -429,14 +431,19 @@ class PHashIndex:
                     else:
                         self.local.remove_key(int(k))
             self.offset += n
-            out.read, out.added_codes, out.added_keys = n, codes[adds], keys[adds]
+            out.read, out.offset, out.added_codes, out.added_keys = n, self.offset, codes[adds], keys[adds]
             return out
 
     def _candidates(self, code: int, sha1: str | None, same: str, verify: Verify | None) -> _Synced:
         """Sync, then the candidates within the radius (and, with `same`, every label indexed with
         the same fields), nearest first, in the sync's round trip where possible: the local copy is
         searched before the sync and the signatures of what it finds read with it; then only the
-        records the sync brought are looked at (a full search when the log was reset)."""
+        records the sync brought are looked at (a full search when the log was reset). Under the
+        lock: another thread's sync in between would apply records neither search sees."""
+        with self._lock:
+            return self._candidates_locked(code, sha1, same, verify)
+
+    def _candidates_locked(self, code: int, sha1: str | None, same: str, verify: Verify | None) -> _Synced:
         before = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)] if verify is not None else []
         synced = self._sync(sha1, [k for k, _d in before], same)
         if synced.reset or verify is None:
@@ -503,6 +510,7 @@ class PHashIndex:
         judged: set[str] = set()
         entries: dict[str, str | None] = {}
         tail: list[tuple[str, int]] = []
+        offset = self.offset
         for attempt in range(64):
             if tail:  # candidates the script found after our offset
                 cands = tail
@@ -512,7 +520,7 @@ class PHashIndex:
                 if synced.existing:
                     return self._existing(synced.existing, owner, phash_hex)
                 entries.update(synced.entries)
-                cands = synced.candidates
+                cands, offset = synced.candidates, synced.offset
             cands = [c for c in cands if c[0] not in judged]
             hit = self._judge(cands, verify, entries)
             judged.update(k for k, _d in cands)
@@ -520,7 +528,7 @@ class PHashIndex:
                 return Outcome("dedup", label_of_key(hit[0]), hit[1], score=hit[2], candidates=len(judged))
             res = self._check(
                 keys=[self.log_key, self.sha1_key, self.sig_key, same],
-                args=[phash_hex, sha1, key, owner, self.offset, self.radius, TAIL_CAP, file_path, entry, *judged],
+                args=[phash_hex, sha1, key, owner, offset, self.radius, TAIL_CAP, file_path, entry, *judged],
             )
             status = res[0]
             if status == "exists":

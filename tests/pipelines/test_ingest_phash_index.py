@@ -152,6 +152,29 @@ def test_one_round_trip_brings_the_log_tail_and_the_signatures_of_local_candidat
     assert direct == [[_sha("c")[:16]]], "only the candidate the sync brought is read on its own"
 
 
+def test_a_sync_by_another_thread_after_the_candidates_does_not_hide_a_record(redis_client, keys):
+    """Between b's candidate search and its insert, another process appends a near duplicate and
+    another thread of b's process syncs it: the script must still scan from where b's candidates
+    end, not from the shared offset the other thread moved."""
+    a = PHashIndex(redis_client, 4, radius=12, **keys)
+    b = PHashIndex(redis_client, 4, radius=12, **keys)
+    b.sync()
+    found = {}
+    candidates = b._candidates
+
+    def then_another_thread_syncs(*args, **kw):
+        synced = candidates(*args, **kw)
+        found["a"] = a.check_and_insert("00000000000000ff", _sha("a"), "x:0", entry="sig-a")
+        b.sync()
+        return synced
+
+    b._candidates = then_another_thread_syncs
+    rec = _Recorder(set())
+    out = b.check_and_insert("0000000000000fff", _sha("b"), "x:1", entry="sig-b", verify=rec)
+    assert out.status == "indexed"
+    assert rec.calls == [[(found["a"].label_id, 4, "sig-a")]], "the script handed a's record to the verifier"
+
+
 def test_removal_is_seen_by_other_processes(redis_client, keys):
     a = PHashIndex(redis_client, 10, **keys)
     b = PHashIndex(redis_client, 10, **keys)
