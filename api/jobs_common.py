@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.schemas import Envelope
-from pipelines.safe_http import resolve_target
+from pipelines.runtime.safe_http import resolve_target
 from tasks import registry
 from yana import context
 from yana.settings import get_settings

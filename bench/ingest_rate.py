@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from pipelines import labels  # noqa: E402
-from pipelines.embedding import get_embedder, resolve_default_model  # noqa: E402
+from pipelines.embedding.backends import get_embedder, resolve_default_model  # noqa: E402
+from pipelines.labels import schema as labels  # noqa: E402
 from tests.stack import start_stack, wait_job  # noqa: E402
 from tools.datagen import images  # noqa: E402
 

@@ -64,8 +64,8 @@ def texts(n: int, seed: int) -> list[str]:
 
 def fill(n: int, base: int = 300) -> float:
     """n memos straight into the store (raw in Redis, vectors in the memo collection)."""
-    from pipelines import memo
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
+    from pipelines.memo import service as memo
     from yana.clients import get_chroma, get_redis
 
     r, chroma = get_redis(), get_chroma()

@@ -1,4 +1,4 @@
-"""Near-duplicate quality: the two-stage check (pHash candidates + pipelines.neardup verifier)
+"""Near-duplicate quality: the two-stage check (pHash candidates + pipelines.neardup.decision verifier)
 against imagehash's methods used alone, on generated labels with ground truth.
 
     .venv/bin/python bench/neardup_eval.py [--n 5000] [--variants 2] [--quick]
@@ -14,7 +14,7 @@ is merged into another label is a false merge: a label lost to search); then eve
 checked against the full index (recall: it names its own label; naming another is a false merge
 too). Two tracks: with the uploader's fields (variants carry their label's fields), and images
 only. The decision code is the pipeline's (MultiIndex candidates, neardup.fields_conflict,
-imaging.verify); the Redis round trips and atomicity are measured in bench/phash_lookup.py.
+verifier.verify); the Redis round trips and atomicity are measured in bench/phash_lookup.py.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import imaging, neardup  # noqa: E402
-from pipelines.phash_index import MultiIndex  # noqa: E402
+from pipelines.neardup import decision as neardup  # noqa: E402
+from pipelines.neardup import hashing, verifier
+from pipelines.neardup.index import MultiIndex  # noqa: E402
 from tools.datagen import images  # noqa: E402
 from tools.datagen.catalog import generate_labels  # noqa: E402
 from yana.settings import get_settings  # noqa: E402
@@ -70,7 +71,7 @@ def render(labels, design, i):
 
 
 class TwoStage:
-    """The pipeline's decision (pipelines.neardup.Verifier, pipelines.phash_index) on an in-memory
+    """The pipeline's decision (pipelines.neardup.decision.Verifier, pipelines.neardup.index) on an in-memory
     index: candidates within the radius plus, in the fields track, every label with the same
     fields; a conflicting field rejects; the image verifier decides (limit 1.0, or
     FIELDS_AGREE_MAX_SCORE when all three fields agree); the best verified match wins."""
@@ -86,17 +87,17 @@ class TwoStage:
         """Per track ('fields', 'images'): (label index, distance, score) of the match, or None."""
         near = {int(k): d for k, d in self.mi.search(code)}
         same = [k for k in self.by_fields.get(neardup.fields_digest(fields), []) if k not in near]
-        cands = list(near.items()) + [(k, imaging.hamming(self.mi.code_of(k), code)) for k in same]
+        cands = list(near.items()) + [(k, hashing.hamming(self.mi.code_of(k), code)) for k in same]
         if not cands:
             return {"fields": None, "images": None}
         t0 = time.perf_counter()
         agrees = [neardup.fields_agree(fields, self.fields[k]) for k, _d in cands]
-        parts = imaging.compare(view, [self.sigs[k] for k, _d in cands], loose=agrees)
+        parts = verifier.compare(view, [self.sigs[k] for k, _d in cands], loose=agrees)
         self.verify_s.append((time.perf_counter() - t0) / len(cands))
         best: dict[str, tuple[int, int, float] | None] = {"fields": None, "images": None}
         for (k, d), part, agree in zip(cands, parts, agrees, strict=True):
             for track in ("fields", "images"):
-                score = imaging.score_of(part, self.sigs[k], fields_agree=agree and track == "fields")
+                score = verifier.score_of(part, self.sigs[k], fields_agree=agree and track == "fields")
                 if track == "images":
                     if k not in near or score > 1.0:
                         continue
@@ -151,8 +152,8 @@ def insert_labels(labels, design, two: TwoStage, base: dict, t: Tally) -> None:
     see every label); a merge is a false merge."""
     for i in range(len(labels)):
         img = render(labels, design, i)
-        code = imaging.phash_int(imaging.phash_hex(img))
-        view = imaging.query_view(img)
+        code = hashing.phash_int(hashing.phash_hex(img))
+        view = verifier.query_view(img)
         for track, m in two.judge(view, code, labels[i]).items():
             if m is not None:
                 t.merged[track].append((i, m[0], m[1]))
@@ -173,9 +174,9 @@ def check_variants(labels, design, two: TwoStage, base: dict, t: Tally, per_labe
             k_next += 1
             v = images.variant(img, kind, rng).image
             t.per_kind[kind] += 1
-            code = imaging.phash_int(imaging.phash_hex(v))
+            code = hashing.phash_int(hashing.phash_hex(v))
             t.cand_recall[kind] += any(int(k) == i for k, _d in two.mi.search(code))
-            for track, m in two.judge(imaging.query_view(v), code, labels[i]).items():
+            for track, m in two.judge(verifier.query_view(v), code, labels[i]).items():
                 if m is not None and m[0] == i:
                     t.found[track][kind] += 1
                 elif m is not None:
@@ -301,11 +302,11 @@ def main() -> None:
     ap.add_argument("--radius", type=int, default=None, help="pHash candidate radius (default: settings)")
     ap.add_argument("--crh-n", type=int, default=200, help="labels for crop_resistant_hash (0: skip)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--max-residual", type=float, default=imaging.MAX_RESIDUAL, help="verifier limit (tuning)")
-    ap.add_argument("--max-block", type=float, default=imaging.MAX_BLOCK_DECORRELATION, help="verifier limit (tuning)")
+    ap.add_argument("--max-residual", type=float, default=verifier.MAX_RESIDUAL, help="verifier limit (tuning)")
+    ap.add_argument("--max-block", type=float, default=verifier.MAX_BLOCK_DECORRELATION, help="verifier limit (tuning)")
     ap.add_argument("--quick", action="store_true", help="tiny run (CI): 120 labels, 40 for crop_resistant")
     args = ap.parse_args()
-    imaging.MAX_RESIDUAL, imaging.MAX_BLOCK_DECORRELATION = args.max_residual, args.max_block
+    verifier.MAX_RESIDUAL, verifier.MAX_BLOCK_DECORRELATION = args.max_residual, args.max_block
     if args.quick:
         args.n, args.crh_n = 120, 40
     run(args)

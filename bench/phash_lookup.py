@@ -1,6 +1,6 @@
 """Near-duplicate lookup: multi-index pHash search vs a brute-force numpy scan, and the atomic
 Redis check-and-insert at 10k / 100k / 1M stored hashes, first by distance alone (the baseline),
-then two-stage (candidates within the radius, judged by the verifier of pipelines.neardup on real
+then two-stage (candidates within the radius, judged by the verifier of pipelines.neardup.decision on real
 label images); then precision/recall of pHash alone on generated label variants and on real
 photographs (the two-stage quality is bench/neardup_eval.py).
 
@@ -27,8 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import imaging, ingest, neardup  # noqa: E402
-from pipelines.phash_index import REC, SIG_KEY, MultiIndex, PHashIndex  # noqa: E402
+from pipelines.ingest import pipeline as ingest  # noqa: E402
+from pipelines.neardup import decision as neardup  # noqa: E402
+from pipelines.neardup import hashing, verifier
+from pipelines.neardup.index import REC, SIG_KEY, MultiIndex, PHashIndex  # noqa: E402
 from tools.datagen import images  # noqa: E402
 from yana.settings import get_settings  # noqa: E402
 
@@ -72,7 +74,7 @@ def bench_lookup(sizes: list[int], n_queries: int, t: int) -> None:
                 got = mi.search(q)
                 tm.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                d = imaging.hamming_array(codes, q)
+                d = hashing.hamming_array(codes, q)
                 hits = np.nonzero(d <= t)[0]
                 tb.append(time.perf_counter() - t0)
             mih.append(tm[0])
@@ -116,7 +118,7 @@ def _label_pool(n: int) -> list[tuple]:
     for i, meta in enumerate(images.label_set(n, seed=11)):
         img = images.render_label(meta, seed=90_000 + i)
         v = images.variant(img, kinds[i % len(kinds)], random.Random(i)).image
-        out.append((img, neardup.make_entry(imaging.signature(img), {}), v))
+        out.append((img, neardup.make_entry(verifier.signature(img), {}), v))
     return out
 
 
@@ -204,19 +206,19 @@ def bench_quality(n_labels: int, threshold: int) -> None:
     photos = [img.resize((320, int(320 * img.height / img.width))) for _n, img in images.real_photos()]
 
     def evaluate(bases: list, seed: int):
-        base_h = np.array([int(imaging.phash_hex(b), 16) for b in bases], dtype=np.uint64)
+        base_h = np.array([int(hashing.phash_hex(b), 16) for b in bases], dtype=np.uint64)
         var_h, var_of, kinds = [], [], []
         for i, b in enumerate(bases):
             for v in images.variants(b, seed=seed + i):
-                var_h.append(int(imaging.phash_hex(v.image), 16))
+                var_h.append(int(hashing.phash_hex(v.image), 16))
                 var_of.append(i)
                 kinds.append(v.kind)
         var_h = np.array(var_h, dtype=np.uint64)
-        d_pos = imaging.hamming_array(var_h, base_h[np.array(var_of)])  # each variant vs its original
-        d_all = imaging.hamming_array(var_h[:, None], base_h[None, :])  # vs every original
+        d_pos = hashing.hamming_array(var_h, base_h[np.array(var_of)])  # each variant vs its original
+        d_all = hashing.hamming_array(var_h[:, None], base_h[None, :])  # vs every original
         neg_mask = np.ones_like(d_all, dtype=bool)
         neg_mask[np.arange(len(var_h)), np.array(var_of)] = False
-        d_orig = imaging.hamming_array(base_h[:, None], base_h[None, :])[np.triu_indices(len(bases), 1)]
+        d_orig = hashing.hamming_array(base_h[:, None], base_h[None, :])[np.triu_indices(len(bases), 1)]
         return d_pos, d_all[neg_mask], d_orig, np.array(kinds)
 
     for name, bases, seed in (("synthetic labels", originals, 40_000), ("real photos (skimage)", photos, 50_000)):

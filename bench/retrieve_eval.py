@@ -52,7 +52,7 @@ class FileVectors:
     """Passage/query vectors by sha256 of the text, persisted in one .npz per model and kind."""
 
     def __init__(self, model: str | None = None):
-        from pipelines.embedding import get_embedder
+        from pipelines.embedding.backends import get_embedder
 
         self.emb = get_embedder(model)
         self.path = {k: CACHE / f"retrieve_{k}_{self.emb.model_name.replace('/', '_')}.npz" for k in ("p", "q")}

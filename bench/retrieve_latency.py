@@ -52,7 +52,7 @@ def _warm_cache(stack, docs: list[dict], max_chunk_chars: int) -> None:
 
     use_stack_stores(stack)
     from bench.retrieve_eval import FileVectors
-    from pipelines.embed_cache import store_vectors
+    from pipelines.embedding.cache import store_vectors
     from pipelines.retrieve import rank, vectors
     from yana.settings import get_settings
 

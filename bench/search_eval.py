@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from pipelines import vector_index  # noqa: E402
+from pipelines.search import collections as vector_index  # noqa: E402
 from tools import search_eval  # noqa: E402
 from tools.datagen.catalog import generate_labels  # noqa: E402
 from tools.datagen.eval_queries import build_queries  # noqa: E402
@@ -34,7 +34,7 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 
 
 def cached_embeddings(chunks: list[dict]) -> np.ndarray:
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
 
     digest = hashlib.sha1("\n\x00".join(c["text"] for c in chunks).encode()).hexdigest()[:16]
     path = CACHE / f"emb_{MODEL.replace('/', '_')}_{len(chunks)}_{digest}.npy"
@@ -99,8 +99,9 @@ def compare_schemes(labels, queries, chunks) -> None:
     """Lexical-only quality per tokenizer scheme (same BM25, same index text)."""
     from collections import Counter
 
-    from pipelines import lexical, tokenize_ja
-    from pipelines.search_index import BM25_B, BM25_K1
+    from pipelines.search import lexical
+    from pipelines.search import tokenizer as tokenize_ja
+    from pipelines.search.index import BM25_B, BM25_K1
     from tools.datagen.eval_queries import ndcg_at, recall_at
 
     texts = [lexical.index_text(c["text"], c["metadata"]) for c in chunks]

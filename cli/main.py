@@ -203,7 +203,7 @@ def up(
 def _prepare_embedding_model(env: dict) -> None:
     """Build the int8 embedding model before the worker starts (once per machine; the first
     ingest would otherwise pay for it), in a child process: the supervisor never loads torch."""
-    code = "from pipelines.embedding import prepare_int8_model; print(prepare_int8_model() or '')"
+    code = "from pipelines.embedding.backends import prepare_int8_model; print(prepare_int8_model() or '')"
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:  # not fatal: the worker builds it on first use instead

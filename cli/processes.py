@@ -163,7 +163,7 @@ def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) 
     """The Celery worker's command line: what `yana worker` execs and what `yana up` and the tests
     spawn."""
     return [
-        *(sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker"),
+        *(sys.executable, "-m", "celery", "-A", "tasks.worker", "worker"),
         *("-Q", queues or ",".join(QUEUES), "-c", str(concurrency), "-n", hostname),
         *("--pool", "prefork", "-l", "INFO", "-E"),
     ]

@@ -1,8 +1,8 @@
-"""Ingest job entry point (kind "ingest"): label images and text documents. Logic: pipelines.ingest."""
+"""Ingest job entry point (kind "ingest"): label images and text documents. Logic: pipelines.ingest.pipeline."""
 
 from __future__ import annotations
 
-from pipelines.ingest import run_ingest
+from pipelines.ingest.pipeline import run_ingest
 from workers.base_task import JobContext, JobTask
 from workers.celery_app import app
 

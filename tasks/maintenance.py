@@ -1,10 +1,11 @@
-"""Maintenance that every worker runs in its main process: reconcile stalled jobs, hand due
-webhook deliveries to the webhooks queue, remove abandoned upload staging folders. Every step is
-atomic (a Redis operation, or a folder removal that tolerates a concurrent one), so any number
-of workers can run it at once without double work.
+"""Maintenance, a component of every worker's main process (`Maintenance`, a Celery bootstep that
+tasks/worker.py adds to the worker): reconcile stalled jobs, hand due webhook deliveries to the
+webhooks queue, remove abandoned upload staging folders, and note which worker took a job's
+message. Every step is atomic (a Redis operation, or a folder removal that tolerates a concurrent
+one), so any number of workers can run it at once without double work: there is no single
+scheduler to lose.
 
-It lives with the tasks (it enqueues them) and starts itself on Celery's worker signals: the
-worker package imports nothing from tasks/."""
+It lives with the tasks (it enqueues them); the worker package imports nothing from tasks/."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ import threading
 import time
 from datetime import datetime
 
-from celery import signals
+from celery import bootsteps, signals
 
-from pipelines.ingest_accept import sweep_staging
+from pipelines.ingest.accept import sweep_staging
 from tasks import registry
 from tasks.webhooks import deliver, dispatcher
 from workers.queues import broker_message_keys, worker_key
 from yana.clients import get_blobs, get_redis
+from yana.errors import ErrorCode, YanaError
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.maintenance")
@@ -60,11 +62,10 @@ def reconcile_once() -> dict:
         if attempts >= max_attempts:
             store.fail(
                 job_id,
-                {
-                    "code": "WORKER_LOST",
-                    "message": f"the worker running this job stopped heartbeating {attempts} time(s); giving up",
-                    "retryable": False,
-                },
+                YanaError.of(
+                    ErrorCode.WORKER_LOST,
+                    f"the worker running this job stopped heartbeating {attempts} time(s); giving up",
+                ).body(),
             )
             counts["failed"] += 1
             log.warning("job failed after lost workers", extra={"job_id": job_id, "attempts": attempts})
@@ -159,7 +160,7 @@ def dispatch_webhooks_once() -> int:
 
 
 def sweep_staging_once() -> int:
-    """Remove staged uploads left without a job (see pipelines.ingest_accept)."""
+    """Remove staged uploads left without a job (see pipelines.ingest.accept)."""
     s = get_settings()
     return sweep_staging(get_redis(), get_blobs(s), s.staging_grace_s)
 
@@ -174,7 +175,6 @@ def announce_worker() -> None:
     get_redis().set(worker_key(os.getpid()), socket.gethostname(), ex=_liveness_ttl_s())
 
 
-@signals.task_received.connect
 def _reserved(request=None, **_) -> None:
     """In the worker main, when it takes a message off the queue: note on the job who holds it, so
     that if this process dies before a pool process runs it, the reconciler sends it again
@@ -207,17 +207,22 @@ class MaintenanceLoop(threading.Thread):
                     log.warning("maintenance step %s failed", step.__name__, exc_info=True)
 
 
-_loop: MaintenanceLoop | None = None
+class Maintenance(bootsteps.StartStopStep):
+    """The worker main's maintenance: the loop above, and the note on each job whose message this
+    process takes (`_reserved`)."""
 
+    label = "yana maintenance"
 
-@signals.worker_ready.connect
-def _start(**_) -> None:
-    global _loop
-    _loop = MaintenanceLoop(get_settings().reconcile_interval_s)
-    _loop.start()
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.loop: MaintenanceLoop | None = None
 
+    def start(self, parent) -> None:
+        signals.task_received.connect(_reserved)
+        self.loop = MaintenanceLoop(get_settings().reconcile_interval_s)
+        self.loop.start()
 
-@signals.worker_shutdown.connect
-def _stop(**_) -> None:
-    if _loop is not None:
-        _loop.stop.set()
+    def stop(self, parent) -> None:
+        signals.task_received.disconnect(_reserved)
+        if self.loop is not None:
+            self.loop.stop.set()

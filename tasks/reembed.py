@@ -1,9 +1,9 @@
 """Re-embed job entry point (kind "reembed"): new collection for a model, then an alias swap.
-Logic: pipelines.reembed."""
+Logic: pipelines.reembed.job."""
 
 from __future__ import annotations
 
-from pipelines.reembed import run_reembed
+from pipelines.reembed.job import run_reembed
 from workers.base_task import JobContext, JobTask
 from workers.celery_app import app
 

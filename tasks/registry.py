@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from pipelines.jobs import JobStore
+from pipelines.runtime.jobs import JobStore
 from workers.celery_app import app
 from yana.clients import get_redis
 from yana.settings import get_settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.webhooks import WebhookDispatcher
+from pipelines.runtime.webhooks import WebhookDispatcher
 from tasks.registry import job_store
 from workers.celery_app import app
 from yana.clients import get_redis

@@ -22,7 +22,7 @@ import redis
 
 from cli import processes
 from cli.processes import Service, _spawn, free_port, redis_pings, redis_server_binary
-from pipelines.jobs import job_key
+from pipelines.runtime.jobs import job_key
 from tests import stack as test_stack
 from tests.stack import TEST_ENV, wait_for, wait_job
 from tools.datagen import images

@@ -2,7 +2,7 @@
 
 `index_labels` writes generated labels straight into a collection through the same pipelines
 ingest uses (vector_index.upsert_chunks, which mirrors into the lexical index), without rendering
-images. `evaluate` runs every query through `pipelines.search.search` in a given mode and returns
+images. `evaluate` runs every query through `pipelines.search.service.search` in a given mode and returns
 nDCG@10 and recall@5, overall and per query kind. Used by bench/search_eval.py and by the
 regression test in tests/pipelines/test_search_eval.py.
 """
@@ -14,9 +14,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from pipelines import labels as labelrec
-from pipelines.search import search
-from pipelines.vector_index import upsert_chunks
+from pipelines.labels import schema as labelrec
+from pipelines.search.collections import upsert_chunks
+from pipelines.search.service import search
 from tools.datagen.catalog import Label
 from tools.datagen.eval_queries import EvalQuery, ndcg_at, recall_at
 

@@ -20,8 +20,8 @@ import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from pipelines import jobs as jobstore
-from pipelines.jobs import JobStore
+from pipelines.runtime import jobs as jobstore
+from pipelines.runtime.jobs import JobStore
 from yana import context
 from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError, describe

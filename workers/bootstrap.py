@@ -64,8 +64,8 @@ def _worker_init(**_):
 
 
 def _preload_model() -> None:
-    from pipelines.embedding import get_embedder
-    from pipelines.ingest import warm_up
+    from pipelines.embedding.backends import get_embedder
+    from pipelines.ingest.pipeline import warm_up
 
     try:
         get_embedder()

@@ -14,7 +14,6 @@ TASK_MODULES = [
     "tasks.webhooks",
     "tasks.ingest",
     "tasks.reembed",
-    "tasks.maintenance",
     "tasks.retrieve",
     "tasks.think",
 ]
@@ -74,5 +73,6 @@ def create_app() -> Celery:
 
 app = create_app()
 
-# Process bootstrap (thread pinning, model preload, maintenance loop) hooks into signals.
+# Process bootstrap (thread pinning, logging, model preload) hooks into signals; maintenance is the
+# worker's bootstep that tasks/worker.py adds.
 import workers.bootstrap  # noqa: E402,F401

@@ -51,8 +51,12 @@ class ErrorCode(StrEnum):
     MODEL_NOT_ALLOWED = "MODEL_NOT_ALLOWED"
     EMBED_TIMEOUT = "EMBED_TIMEOUT"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
-    TIMEOUT = "TIMEOUT"  # a job ran past its time limit
     DEMO_FAILURE = "DEMO_FAILURE"
+    # jobs: how a job ended other than by its own result
+    TIMEOUT = "TIMEOUT"  # a job ran past its time limit
+    WORKER_LOST = "WORKER_LOST"  # its worker stopped heartbeating more times than it may be retried
+    ATTEMPTS_EXHAUSTED = "ATTEMPTS_EXHAUSTED"  # started max_attempts times, never finished
+    CANCELLED = "CANCELLED"  # cancelled by request
 
 
 class ErrorSpec(NamedTuple):
@@ -96,8 +100,11 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     C.MODEL_NOT_ALLOWED: ErrorSpec(422, False),
     C.EMBED_TIMEOUT: ErrorSpec(503, True),
     C.STORE_UNAVAILABLE: ErrorSpec(503, True),
-    C.TIMEOUT: ErrorSpec(500, True),
     C.DEMO_FAILURE: ErrorSpec(500, False),
+    C.TIMEOUT: ErrorSpec(500, True),
+    C.WORKER_LOST: ErrorSpec(500, False),
+    C.ATTEMPTS_EXHAUSTED: ErrorSpec(500, False),
+    C.CANCELLED: ErrorSpec(409, False),
 }
 
 # The code of an HTTP status raised without one (framework errors: unknown route, wrong method...).

@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     # decides: only for labels indexed before the second stage stored their signature. A false
     # merge silently drops a distinct label, a missed one only leaves a duplicate: lean to precision.
     phash_threshold: int = 8
-    # Near duplicates are two-stage (pipelines.neardup): every indexed label within this pHash
+    # Near duplicates are two-stage (pipelines.neardup.decision): every indexed label within this pHash
     # distance is a candidate, judged by the uploader's fields and an aligned thumbnail comparison.
     # Wider finds more crops/rotations, at more candidates per image (bench/neardup_eval.py).
     phash_candidate_radius: int = 12
@@ -124,7 +124,7 @@ class Settings(BaseSettings):
     search_warm_on_start: bool = True
     # A search waits at most this long for its query embedding (the model is an outside call).
     search_embed_timeout_s: float = 10.0
-    # On-disk snapshots of the in-memory search index (pipelines.search_snapshot): a new API process
+    # On-disk snapshots of the in-memory search index (pipelines.search.snapshot): a new API process
     # maps the newest one and syncs only the changes after it. A process writes one (in the
     # background) when its index is SEARCH_SNAPSHOT_MIN_CHANGES past the newest it knows of, at
     # most every SEARCH_SNAPSHOT_INTERVAL_S. Empty folder: DATA_DIR/search-snapshots.

@@ -104,7 +104,7 @@ class IdempotencyStore:
 
     @staticmethod
     def jobs_key(rkey: str) -> str:
-        """The hash of the jobs created under this key, one per kind (pipelines.jobs binds them)."""
+        """The hash of the jobs created under this key, one per kind (pipelines.runtime.jobs binds them)."""
         return rkey + ":jobs"
 
     async def claim(self, identity: str, key: str, fp: str, lease_s: int) -> Claim | StoredResponse:

@@ -22,7 +22,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, Vali
 from api.contract.policy import FORM_TYPES, JSON_TYPES, contract
 from api.schemas import ERRORS, Envelope
 from pipelines.chat import ChatInput, default_deps, default_turn_log, run_chat
-from pipelines.textcheck import is_blank
+from pipelines.labels.model import LabelHit
+from pipelines.text.check import is_blank
 from yana import context as correlation
 from yana.errors import bad_request
 from yana.settings import get_settings
@@ -83,14 +84,10 @@ class ChatRequest(BaseModel):
         return v
 
 
-class ChatHit(BaseModel):
-    id: str
-    brand_name: str = ""
-    product_name: str = ""
-    brewery: str = ""
-    region: str = ""
-    label_features: list[str] = Field(default_factory=list)
-    file_path: str = ""
+class ChatHit(LabelHit):
+    """A label the reply is grounded on."""
+
+    model_config = ConfigDict(extra="ignore")  # the talk app's schema: the label's fields only
 
 
 class ChatResponse(Envelope):

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from api.schemas import ERRORS, Envelope
-from pipelines.dedup_report import dedup_groups
+from pipelines.ingest.dedup_report import dedup_groups
 from yana.clients import get_blobs, get_redis
 from yana.settings import get_settings
 

@@ -26,7 +26,7 @@ from api.contract.middleware import app_redis
 from api.schemas import ERRORS, Envelope
 from pipelines.chat.health import circuit_problem
 from pipelines.chat.persona import policy_self_check
-from pipelines.vector_index import ACTIVE_ALIAS_KEY
+from pipelines.search.collections import ACTIVE_ALIAS_KEY
 from yana import NAME, POLICY_VERSION, __version__
 from yana.clients import get_chroma
 from yana.errors import ErrorCode, YanaError

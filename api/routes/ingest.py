@@ -16,7 +16,7 @@ its problem (wrong type, too large, path outside the import folder, private URL)
 request with many, such an item is recorded as a failed item of the job and the rest go on.
 
 This module only translates HTTP: the checks, the fast path and staging are
-pipelines.ingest_accept.accept_ingest.
+pipelines.ingest.accept.accept_ingest.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from starlette.datastructures import UploadFile
 from api.contract.policy import contract
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
-from pipelines import ingest_accept
+from pipelines.ingest import accept as ingest_accept
+from pipelines.labels.model import LabelFields
 from yana import context
 from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError
@@ -46,19 +47,6 @@ from yana.settings import Settings, get_settings
 router = APIRouter(prefix="/v1", tags=["ingest"])
 
 FIELD_NAMES = ingest_accept.LABEL_FIELDS
-
-
-class LabelFields(BaseModel):
-    # Published as an enum (tool schemas); any other value is refused with BAD_CATEGORY.
-    category: str | None = Field(
-        None, description="sake | juice (required for images)", json_schema_extra={"enum": ["sake", "juice"]}
-    )
-    brand_name: str | None = Field(None, max_length=200)
-    product_name: str | None = Field(None, max_length=200)
-    brewery: str | None = Field(None, max_length=200)
-    region: str | None = Field(None, max_length=200)
-    label_features: list[str] | str | None = Field(None, description="list, or a 、/,-separated string")
-    text: str | None = Field(None, max_length=20000, description="free text about the label")
 
 
 class IngestItem(LabelFields):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.contract import contract
 from api.schemas import ERRORS, Envelope
-from pipelines import jobs as jobstore
+from pipelines.runtime import jobs as jobstore
 from tasks import registry
 from yana.errors import ErrorCode, YanaError
 from yana.ids import valid_job_id

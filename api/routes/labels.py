@@ -17,8 +17,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from api.contract.policy import contract
 from api.schemas import ERRORS
-from pipelines import imaging
-from pipelines.label_images import image_key
+from pipelines.ingest import image_io
+from pipelines.search.label_images import image_key
 from yana.blobs import BlobInfo, BlobMissing
 from yana.clients import get_blobs, get_redis
 from yana.errors import ErrorCode, YanaError
@@ -52,7 +52,7 @@ def _open(key: str, label_id: str):
     responses={
         200: {
             "description": "the image bytes as uploaded",
-            "content": {t: {"schema": {"type": "string", "format": "binary"}} for t in imaging.MEDIA_TYPES.values()},
+            "content": {t: {"schema": {"type": "string", "format": "binary"}} for t in image_io.MEDIA_TYPES.values()},
         },
         304: {"description": "If-None-Match matched: the cached copy is current"},
         **ERRORS(404, 503),
@@ -68,5 +68,5 @@ async def label_image(label_id: LabelId, request: Request) -> Response:
         return Response(status_code=304, headers=headers)
     chunks = await asyncio.to_thread(_open, key, label_id)
     return StreamingResponse(
-        chunks, media_type=imaging.media_type(key), headers={**headers, "Content-Length": str(info.size)}
+        chunks, media_type=image_io.media_type(key), headers={**headers, "Content-Length": str(info.size)}
     )

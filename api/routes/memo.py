@@ -1,7 +1,7 @@
 """Memos for agents: save, search, get, delete, and the expired-entries sweep.
 
 The operation ids (save_memo, query_memo, get_memo, delete_memo, clear_expired) are also the MCP
-tool names. Logic: pipelines.memo; this module only translates HTTP.
+tool names. Logic: pipelines.memo.service; this module only translates HTTP.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.contract.policy import contract
 from api.schemas import ERRORS, Envelope
-from pipelines import memo
+from pipelines.memo import service as memo
 from yana.clients import get_chroma, get_redis
 from yana.errors import bad_request
 from yana.settings import get_settings

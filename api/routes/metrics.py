@@ -23,10 +23,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from pipelines import lexical
-from pipelines.jobs import ACTIVE, RECENT, WEBHOOKS_DUE, job_key
-from pipelines.phash_index import SHA1_KEY
-from pipelines.vector_index import active_name
+from pipelines.neardup.index import SHA1_KEY
+from pipelines.runtime.jobs import ACTIVE, RECENT, WEBHOOKS_DUE, job_key
+from pipelines.search import lexical
+from pipelines.search.collections import active_name
 from workers.queues import QUEUES
 from yana.clients import get_redis
 

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field
 
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
-from pipelines import embedding, vector_index
-from pipelines.ingest import BUILDING_KEY
+from pipelines.embedding import backends as embedding
+from pipelines.ingest.pipeline import BUILDING_KEY
+from pipelines.search import collections as vector_index
 from yana.clients import get_chroma, get_redis
 from yana.errors import ErrorCode, YanaError, conflict
 

@@ -1,6 +1,6 @@
 """/v1/search: hybrid label search, POST with a JSON body or GET with query parameters.
 
-Both call pipelines.search.search (the one search the chat path, the think loop and MCP share) in a
+Both call pipelines.search.service.search (the one search the chat path, the think loop and MCP share) in a
 worker thread, inside the contract's 2 s limit for the route. Each API process loads the active
 collection at start-up (SEARCH_WARM_ON_START) so the first query does not pay for it.
 """
@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from api.contract.policy import contract
 from api.schemas import ERRORS, Envelope
-from pipelines.search import K_MAX, PAGE_SIZE_MAX, QUERY_MAX_CHARS, search, warm
+from pipelines.labels.model import LabelHit
+from pipelines.search.service import K_MAX, PAGE_SIZE_MAX, QUERY_MAX_CHARS, search, warm
 from yana import context as correlation
 from yana.settings import get_settings
 
@@ -60,18 +61,7 @@ class SearchRequest(BaseModel):
     page_size: StrictInt | None = Field(None, ge=1, le=PAGE_SIZE_MAX, description="hits per page (default: k)")
 
 
-class SearchHit(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    category: str = ""
-    brand_name: str = ""
-    product_name: str = ""
-    brewery: str = ""
-    region: str = ""
-    label_features: list[str] = []
-    file_path: str = Field(
-        "", description="stored image relative to DATA_DIR; empty for text and with an S3 blob store"
-    )
+class SearchHit(LabelHit):
     image_url: str | None = Field(None, description="a label's stored image, served by the API (GET, same auth)")
     score: float
 

@@ -21,7 +21,7 @@ from api.contract.policy import contract
 from api.jobs_common import JobAccepted, accept_job
 from api.routes.jobs import Job, get_or_404, prefer_wait_seconds
 from api.schemas import ERRORS, Envelope
-from pipelines import jobs as jobstore
+from pipelines.runtime import jobs as jobstore
 from pipelines.think.graph import ThinkDeps, error_step, run_step_bounded
 from pipelines.think.llm import build_think_llm
 from pipelines.think.models import Aspect, Evidence, PlannedSearch, ThinkRequest

@@ -30,7 +30,7 @@ from pipelines.chat.persona import apply_persona, split_sentences
 from pipelines.chat.sessions import SessionStore
 from pipelines.chat.state import ChatState
 from pipelines.chat.templates import classify_intent, ensure_not_found, grounded_reply, hits_for_reply
-from pipelines.search import QUERY_MAX_CHARS
+from pipelines.search.service import QUERY_MAX_CHARS
 from yana.settings import Settings
 
 log = logging.getLogger("yana.chat")

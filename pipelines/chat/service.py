@@ -10,7 +10,7 @@ from pipelines.chat.llm import ChatLLM
 from pipelines.chat.nodes import ChatDeps
 from pipelines.chat.sessions import SessionStore
 from pipelines.chat.turnlog import TurnLog
-from pipelines.search import search_or_alternatives
+from pipelines.search.service import search_or_alternatives
 from yana.clients import get_fast_redis
 from yana.settings import Settings, get_settings
 

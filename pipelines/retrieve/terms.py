@@ -1,6 +1,6 @@
 """Terms for BM25 over a request's chunks, and the query's weighted terms.
 
-Japanese (and any CJK run) goes through pipelines.tokenize_ja (character bigrams + romaji
+Japanese (and any CJK run) goes through pipelines.search.tokenizer (character bigrams + romaji
 readings). English words are lower-cased, stop words dropped and Snowball-stemmed, so "founders"
 meets "founder" and "watched" meets "watching"; the tokenizer's romaji/trigram terms are not used
 for English, where they mostly add noise. Numbers stay as written (a cross-check signal).
@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-from pipelines import tokenize_ja
+from pipelines.search import tokenizer as tokenize_ja
 
 _WORD = re.compile(r"[0-9]+(?:[.,][0-9]+)*|[a-z]+(?:'[a-z]+)?")
 _CJK_RUN = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff々〆ヶー]+")

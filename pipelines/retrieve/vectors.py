@@ -1,6 +1,6 @@
 """Chunk embeddings for inline documents, in the shared Redis embedding cache (model, kind, sha256).
 
-`passage_vectors` is the one entry point, over pipelines.embed_cache's `embed_cached_until`: a chunk
+`passage_vectors` is the one entry point, over pipelines.embedding.cache's `embed_cached_until`: a chunk
 embedded for a retrieve and the same text embedded at ingest are one entry, and every API process and
 worker reads the same keys, so a document set embedded once (by a request or by the follow-up job)
 is warm everywhere. Retrieve keeps its own TTL (RETRIEVE_CACHE_TTL_S) and counters (STATS_KEY).
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.embed_cache import cache_key, embed_cached_until
-from pipelines.embedding import Embedder, get_embedder
+from pipelines.embedding.backends import Embedder, get_embedder
+from pipelines.embedding.cache import cache_key, embed_cached_until
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.retrieve.vectors")
@@ -23,7 +23,7 @@ STATS_KEY = "yana:retrieve:emb:stats"  # hash: hits / misses / embedded (for the
 
 
 def text_key(model: str, text: str) -> str:
-    """The shared embedding cache's key (pipelines.embed_cache): a chunk embedded for a retrieve
+    """The shared embedding cache's key (pipelines.embedding.cache): a chunk embedded for a retrieve
     and the same text embedded at ingest are one entry."""
     return cache_key(model, "passage", text)
 

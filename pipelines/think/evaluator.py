@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.labels import normalise_features
+from pipelines.labels.schema import normalise_features
+from pipelines.search.tokenizer import normalize
 from pipelines.think import lexicon
 from pipelines.think.models import Aspect, Evidence
-from pipelines.tokenize_ja import normalize
 
 NEAR_TEXT = 0.92  # Jaccard of character bigrams at or above which two snippets are one text
 

@@ -12,7 +12,7 @@ what is missing), or ERROR LOOP_LIMIT when nothing does.
 
 `run_step` bounds the step by its budget (constraints.latency_budget_ms, default 8 000, capped at
 30 000): past it the answer is ERROR TIMEOUT. `run_loop` runs steps and executes their SEARCH actions
-with a search function (ours: pipelines.search.search) until COMPLETE or ERROR, inside one budget.
+with a search function (ours: pipelines.search.service.search) until COMPLETE or ERROR, inside one budget.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from pydantic import TypeAdapter, ValidationError
 
-from pipelines.labels import CATEGORIES
+from pipelines.labels.schema import CATEGORIES
 from pipelines.think import evaluator, planner
 from pipelines.think import state as signed
 from pipelines.think.models import (
@@ -334,7 +334,7 @@ _HIT_KEYS = (
 
 
 def our_search(query_text: str, filters: dict, k: int) -> list[dict]:
-    from pipelines.search import search
+    from pipelines.search.service import search
 
     return list(search(query_text or None, filters or None, k=min(k, 20), debug=False).get("hits") or [])
 

@@ -1,13 +1,13 @@
 """What the deterministic planner knows of words: taste and label features, grades, categories.
 
 Brands, breweries and regions come from the live index (the values the labels carry); features,
-grades and categories come from THE glossary (pipelines.glossary), each canonical term with the
+grades and categories come from THE glossary (pipelines.search.glossary), each canonical term with the
 other ways people say it (English, kana, near-synonyms). Synonyms also feed query rewriting.
 """
 
 from __future__ import annotations
 
-from pipelines import glossary
+from pipelines.search import glossary
 
 _G = glossary.get()
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.search.tokenizer import normalize, normalize_romaji, romaji_of
 from pipelines.think import lexicon
 from pipelines.think.models import Aspect, PlannedSearch
-from pipelines.tokenize_ja import normalize, normalize_romaji, romaji_of
 
 ANCHORS = ("brand_name", "brewery", "region")
 FIELD_JA = {"brand_name": "銘柄", "brewery": "蔵", "region": "地域", "category": "種別", "grade": "等級"}
@@ -100,8 +100,8 @@ _vocab_lock = threading.Lock()
 
 def index_vocabulary(r=None, chroma=None) -> Vocabulary:
     """The vocabulary of the active collection, as this process's live index holds it (synced)."""
-    from pipelines import search as search_mod
-    from pipelines.vector_index import active_name
+    from pipelines.search import service as search_mod
+    from pipelines.search.collections import active_name
     from yana.clients import get_chroma, get_redis
 
     r = r or get_redis()

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from pipelines.jobs import JobStore, job_key
+from pipelines.runtime.jobs import JobStore, job_key
 from tests.stack import wait_for
 
 DEEP = b"[" * 10_000 + b"]" * 10_000

@@ -10,7 +10,8 @@ import uuid
 import httpx
 import pytest
 
-from pipelines import imaging
+from pipelines.ingest import image_io
+from pipelines.neardup import hashing
 from tests.stack import start_stack, wait_for, wait_job
 from tools.datagen import images
 from yana.errors import YanaError
@@ -54,7 +55,7 @@ def chroma_col(istack):
     import redis
     from chromadb.config import Settings
 
-    from pipelines import vector_index
+    from pipelines.search import collections as vector_index
 
     host, port = istack.chroma_url.split("//")[1].split(":")
     chroma = chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
@@ -69,7 +70,7 @@ def chroma_col(istack):
 def _counts(istack, chroma_col) -> tuple[int, int]:
     import redis
 
-    from pipelines.phash_index import SHA1_KEY
+    from pipelines.neardup.index import SHA1_KEY
 
     r = redis.Redis.from_url(istack.redis_url, decode_responses=True)
     try:
@@ -89,7 +90,7 @@ def test_multipart_image_is_indexed_then_exact_duplicate_answers_at_once(client,
     assert job["status"] == "succeeded", job
     res = job["result"]
     assert (res["indexed"], res["dedup"], res["failed"]) == (1, 0, 0)
-    sha = imaging.sha1_hex(data)
+    sha = hashing.sha1_hex(data)
     assert res["id"] == f"label_{sha[:16]}" and res["hash_sha1"] == sha and len(res["phash"]) == 16
     got = chroma_col().get(where={"id": res["id"]}, include=["metadatas", "documents"])
     md = got["metadatas"][0]
@@ -121,7 +122,7 @@ def test_json_base64_near_duplicate_is_reported_with_its_distance(client):
     assert r.status_code == 202, r.text
     res = wait_job(client, r.json()["job_id"])["result"]
     assert res["dedup"] == 1 and res["indexed"] == 0 and res["dedup_of"] == original["id"] == res["id"]
-    assert res["distance"] == imaging.hamming(res["phash"], original["phash"]) <= 10
+    assert res["distance"] == hashing.hamming(res["phash"], original["phash"]) <= 10
 
 
 def test_many_files_make_one_job_with_per_item_outcomes(client, istack, chroma_col):
@@ -334,8 +335,8 @@ def test_staging_without_a_job_is_swept_after_the_grace_time(istack):
 
     import redis
 
-    from pipelines.ingest_accept import sweep_staging
-    from pipelines.jobs import JobStore
+    from pipelines.ingest.accept import sweep_staging
+    from pipelines.runtime.jobs import JobStore
     from yana.blobs import LocalBlobStore
     from yana.ids import new_job_id
 
@@ -433,7 +434,7 @@ def test_cli_bulk_ingest_and_dedup_report(istack, tmp_path):
     # the merge, named: the twin went into the label of 20.jpg, with its distance
     twin = re.search(r"nested/twin\.jpg\s*│\s*(label_[0-9a-f]{16})\s*│\s*(\d+)", summary)
     assert twin, summary
-    first_id = f"label_{imaging.sha1_hex((folder / '20.jpg').read_bytes())[:16]}"
+    first_id = f"label_{hashing.sha1_hex((folder / '20.jpg').read_bytes())[:16]}"
     assert twin.group(1) == first_id and 0 <= int(twin.group(2)) <= 8
     job_ids = re.search(r"jobs \(3\): ((?:\S+ ?){3})", summary).group(1).split()
     counted = {"indexed": 0, "dedup": 0, "failed": 0}
@@ -465,7 +466,7 @@ def test_dedup_groups_route_pages_and_names_the_kept_label(client):
     data = _jpeg(36)
     first = client.post("/v1/ingest", files={"file": ("orig.jpg", data, "image/jpeg")}, data=_fields(36))
     kept_id = wait_job(client, first.json()["job_id"])["result"]["id"]
-    img = imaging.decode_image(data, max_bytes=10**7, max_pixels=10**8).image
+    img = image_io.decode_image(data, max_bytes=10**7, max_pixels=10**8).image
     for k, kind in enumerate(("resize", "brightness")):
         twin = images.encode(images.variant(img, kind, random.Random(k)).image, "JPEG", 80)
         r = client.post("/v1/ingest", files={"file": (f"t{k}.jpg", twin, "image/jpeg")}, data=_fields(36))

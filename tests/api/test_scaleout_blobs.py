@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from pipelines.jobs import job_key
+from pipelines.runtime.jobs import job_key
 from tests.s3server import start_s3
 from tests.stack import start_stack, wait_for, wait_job
 from tools.datagen import images

@@ -8,9 +8,9 @@ import uuid
 import httpx
 import pytest
 
-from pipelines import vector_index
-from pipelines.embedding import get_embedder
-from pipelines.labels import label_text
+from pipelines.embedding.backends import get_embedder
+from pipelines.labels.schema import label_text
+from pipelines.search import collections as vector_index
 from tests.stack import wait_for
 
 

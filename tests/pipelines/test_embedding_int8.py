@@ -8,8 +8,9 @@ import socket
 import numpy as np
 import pytest
 
-from pipelines import e5_onnx, embedding
-from pipelines.labels import label_text
+from pipelines.embedding import backends as embedding
+from pipelines.embedding import e5_onnx
+from pipelines.labels.schema import label_text
 from tools.datagen import images
 from tools.datagen.catalog import generate_labels
 from tools.datagen.eval_queries import build_queries

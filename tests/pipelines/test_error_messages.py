@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import imaging
+from pipelines.ingest import image_io
 from yana.errors import YanaError, describe
 
 
 def test_corrupt_image_message_has_no_object_repr():
     junk = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dXXXX" + b"\x00" * 40  # no IHDR: PIL cannot identify it
     with pytest.raises(YanaError) as exc:
-        imaging.decode_image(junk, max_bytes=10**6, max_pixels=10**7)
+        image_io.decode_image(junk, max_bytes=10**6, max_pixels=10**7)
     assert exc.value.code == "CORRUPT_IMAGE"
     msg = exc.value.message
     assert "0x" not in msg and "<_io" not in msg and " object" not in msg, msg

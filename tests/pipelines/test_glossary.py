@@ -1,12 +1,12 @@
-"""THE glossary (pipelines.glossary): loading, matching across scripts, and its users' view of it."""
+"""THE glossary (pipelines.search.glossary): loading, matching across scripts, and its users' view of it."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines import glossary
+from pipelines.search import glossary
+from pipelines.search.tokenizer import NO_GLOSSARY, tokenize
 from pipelines.think import lexicon
-from pipelines.tokenize_ja import NO_GLOSSARY, tokenize
 from tools.datagen.catalog import FEATURE_EN, JUICE_FRUITS, REGION_EN, REGIONS
 
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from pipelines import embedding
+from pipelines.embedding import backends as embedding
 from tests.pipelines.ingest_support import build_tiny_st_model
 from yana.errors import YanaError
 

@@ -10,7 +10,8 @@ import zlib
 import pytest
 from PIL import Image
 
-from pipelines import imaging
+from pipelines.ingest import image_io
+from pipelines.neardup import hashing, verifier
 from tools.datagen import images
 from yana.blobs import LocalBlobStore
 from yana.errors import YanaError
@@ -50,19 +51,19 @@ def _png_header_only(w: int, h: int) -> bytes:
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "GIF"])
 def test_each_accepted_format_decodes_to_the_same_phash_neighbourhood(label, fmt):
-    ref = imaging.phash_hex(label)
+    ref = hashing.phash_hex(label)
     data = images.encode(label, fmt, quality=95)
-    dec = imaging.decode_image(data, **LIMITS)
+    dec = image_io.decode_image(data, **LIMITS)
     assert dec.format == fmt and dec.image.mode == "RGB" and dec.image.size == label.size
-    assert imaging.hamming(imaging.phash_hex(dec.image), ref) <= 4
+    assert hashing.hamming(hashing.phash_hex(dec.image), ref) <= 4
 
 
 def test_animated_gif_uses_its_first_frame(label):
     other = Image.new("RGB", label.size, (0, 0, 0))
     buf = io.BytesIO()
     label.save(buf, format="GIF", save_all=True, append_images=[other], duration=100)
-    dec = imaging.decode_image(buf.getvalue(), **LIMITS)
-    assert imaging.hamming(imaging.phash_hex(dec.image), imaging.phash_hex(label)) <= 4
+    dec = image_io.decode_image(buf.getvalue(), **LIMITS)
+    assert hashing.hamming(hashing.phash_hex(dec.image), hashing.phash_hex(label)) <= 4
 
 
 @pytest.mark.parametrize(
@@ -79,7 +80,7 @@ def test_animated_gif_uses_its_first_frame(label):
 )
 def test_bad_inputs_fail_with_a_named_error(data, code):
     with pytest.raises(YanaError) as e:
-        imaging.decode_image(data, **LIMITS)
+        image_io.decode_image(data, **LIMITS)
     assert e.value.code == code
     assert 400 <= e.value.status < 500
 
@@ -87,26 +88,26 @@ def test_bad_inputs_fail_with_a_named_error(data, code):
 def test_truncated_jpeg_is_corrupt(label):
     data = images.encode(label, "JPEG", 90)
     with pytest.raises(YanaError) as e:
-        imaging.decode_image(data[: len(data) // 2], **LIMITS)
+        image_io.decode_image(data[: len(data) // 2], **LIMITS)
     assert e.value.code == "CORRUPT_IMAGE"
 
 
 def test_byte_cap_is_checked_before_decoding(label):
     data = images.encode(label, "PNG")
     with pytest.raises(YanaError) as e:
-        imaging.decode_image(data, max_bytes=len(data) - 1, max_pixels=10**9)
+        image_io.decode_image(data, max_bytes=len(data) - 1, max_pixels=10**9)
     assert (e.value.code, e.value.status) == ("IMAGE_TOO_LARGE", 413)
 
 
 def test_store_image_is_content_addressed(tmp_path, label):
     data = images.encode(label, "JPEG")
-    sha = imaging.sha1_hex(data)
+    sha = hashing.sha1_hex(data)
     store = LocalBlobStore(tmp_path)
-    rel = imaging.store_image(store, sha, "JPEG", data)
+    rel = image_io.store_image(store, sha, "JPEG", data)
     assert rel == f"images/{sha[:2]}/{sha}.jpg"
     assert (tmp_path / rel).read_bytes() == data
     mtime = (tmp_path / rel).stat().st_mtime_ns
-    assert imaging.store_image(store, sha, "JPEG", data) == rel  # again: harmless, not rewritten
+    assert image_io.store_image(store, sha, "JPEG", data) == rel  # again: harmless, not rewritten
     assert (tmp_path / rel).stat().st_mtime_ns == mtime
 
 
@@ -114,11 +115,11 @@ def test_generated_variants_stay_near_and_distinct_labels_stay_far():
     """The test data itself: variants are near their original, different labels are not."""
     metas = images.label_set(60, seed=11)
     imgs = [images.render_label(m, seed=i) for i, m in enumerate(metas)]
-    hashes = [imaging.phash_hex(im) for im in imgs]
-    far = [imaging.hamming(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1 :]]
+    hashes = [hashing.phash_hex(im) for im in imgs]
+    far = [hashing.hamming(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1 :]]
     assert min(far) > 10
     near = [
-        imaging.hamming(imaging.phash_hex(v.image), hashes[i])
+        hashing.hamming(hashing.phash_hex(v.image), hashes[i])
         for i, im in enumerate(imgs[:20])
         for v in images.variants(im, seed=i, kinds=("jpeg", "resize", "brightness"))
     ]
@@ -127,7 +128,7 @@ def test_generated_variants_stay_near_and_distinct_labels_stay_far():
 
 def _affine_only_score(image: Image.Image, sig: bytes) -> float:
     """The verifier without the homography refinement: unaligned, then affine."""
-    return imaging.score_of(imaging.compare(image, [sig], homography=False)[0], sig)
+    return verifier.score_of(verifier.compare(image, [sig], homography=False)[0], sig)
 
 
 def test_phone_photos_pass_the_verifier_after_the_homography_refinement():
@@ -143,16 +144,16 @@ def test_phone_photos_pass_the_verifier_after_the_homography_refinement():
     for i, meta in enumerate(metas):
         img = images.render_label(meta, size=(240, 360), seed=300 + i)
         photo = images.variant(img, "perspective", random.Random(i)).image
-        sig = imaging.signature(img)
-        refined += imaging.verify(photo, sig) <= 1.0
+        sig = verifier.signature(img)
+        refined += verifier.verify(photo, sig) <= 1.0
         affine += _affine_only_score(photo, sig) <= 1.0
     # measured: 57 of 60 with the refinement, 53 of 60 affine only (51 and 34 while the luma test
     # still looked at the border blocks, where a warp's edge decorrelates most)
     assert refined >= 55 and refined >= affine + 3, (refined, affine)
     design = images.template_labels(metas[:20], design_seed=7, size=(240, 360))
-    sigs = [imaging.signature(im) for im in design]
+    sigs = [verifier.signature(im) for im in design]
     for a, im in enumerate(design):
-        scores = imaging.verify_many(im, [s for b, s in enumerate(sigs) if b != a])
+        scores = verifier.verify_many(im, [s for b, s in enumerate(sigs) if b != a])
         assert min(scores) > 1.0, (a, min(scores))
 
 
@@ -178,22 +179,22 @@ def test_text_that_differs_only_in_hue_keeps_labels_apart():
     import random
 
     a, b = _iso_luminant_label("北鶴"), _iso_luminant_label("海詩")
-    sig_a = imaging.signature(a)
-    assert len(sig_a) == 3 * imaging.SIG_SIDE**2
-    grey_only = sig_a[: imaging.SIG_SIDE**2]  # a signature stored before the colour planes
-    assert imaging.verify(b, grey_only) <= 1.0  # the failure this guards against
-    assert imaging.verify(b, sig_a) > 1.0
-    assert imaging.verify(a, imaging.signature(b)) > 1.0
+    sig_a = verifier.signature(a)
+    assert len(sig_a) == 3 * verifier.SIG_SIDE**2
+    grey_only = sig_a[: verifier.SIG_SIDE**2]  # a signature stored before the colour planes
+    assert verifier.verify(b, grey_only) <= 1.0  # the failure this guards against
+    assert verifier.verify(b, sig_a) > 1.0
+    assert verifier.verify(a, verifier.signature(b)) > 1.0
     rng = random.Random(3)
     for kind in ("jpeg", "rotate", "crop", "brightness"):
         v = images.variant(a, kind, rng).image
-        assert imaging.verify(v, sig_a) <= 1.0, kind
+        assert verifier.verify(v, sig_a) <= 1.0, kind
 
 
 def test_signature_entries_round_trip_compressed_and_old():
-    from pipelines import neardup
+    from pipelines.neardup import decision as neardup
 
-    sig = imaging.signature(images.render_label({"brand_name": "雪の鶴", "category": "sake"}, seed=4))
+    sig = verifier.signature(images.render_label({"brand_name": "雪の鶴", "category": "sake"}, seed=4))
     entry = neardup.make_entry(sig, {"brand_name": "雪の鶴"})
     assert '"z"' in entry and len(entry) < len(sig)
     assert neardup.parse_entry(entry) == (sig, {"brand_name": "雪の鶴"})
@@ -230,7 +231,7 @@ def test_text_across_block_borders_keeps_same_design_labels_apart():
     so every block of the grid still correlates (the verifier scored them 0.76 and merged them);
     the grid shifted by half a block sees the characters whole."""
     iwa, gekko = images.template_labels([_IWA, _GEKKO], design_seed=_SAME_DESIGN, size=(240, 360))
-    assert imaging.verify(iwa, imaging.signature(gekko)) > 1.0
+    assert verifier.verify(iwa, verifier.signature(gekko)) > 1.0
 
 
 def test_a_rotation_is_not_failed_by_its_border_blocks():
@@ -246,20 +247,20 @@ def test_a_rotation_is_not_failed_by_its_border_blocks():
     }
     img = images.render_label(meta, size=(240, 360), seed=7000055)
     rotated = img.rotate(1.9927, resample=Image.BICUBIC, fillcolor=img.getpixel((0, 0)))
-    assert imaging.verify(rotated, imaging.signature(img)) <= 1.0
+    assert verifier.verify(rotated, verifier.signature(img)) <= 1.0
 
 
 def test_the_compiled_warp_renders_the_query_as_pillow_does():
-    """pipelines.verifier_kernels.warp stands in for Pillow's affine transform (bilinear, bytes)
+    """pipelines.neardup.kernels.warp stands in for Pillow's affine transform (bilinear, bytes)
     and BOX resize, which the verifier's limits were tuned with: same values, same coverage."""
     import numpy as np
 
-    from pipelines import verifier_kernels
+    from pipelines.neardup import kernels as verifier_kernels
 
     img = images.render_label({"brand_name": "雪の鶴", "category": "sake", "product_name": "雪の鶴 純米"}, seed=12)
-    square = imaging._rgb_square(img, imaging._RENDER)
+    square = verifier._rgb_square(img, verifier._RENDER)
     rng = np.random.default_rng(5)
-    r = imaging._RENDER
+    r = verifier._RENDER
     for _ in range(4):
         p = rng.normal(0, 0.04, 6)
         m = np.array([[1 + p[0], p[1], p[2]], [p[3], 1 + p[4], p[5]], [0.0, 0.0, 1.0]])
@@ -269,8 +270,8 @@ def test_the_compiled_warp_renders_the_query_as_pillow_does():
         data = (ai[0, 0], ai[0, 1], r * (base[0] + 0.5), ai[1, 0], ai[1, 1], r * (base[1] + 0.5))
         warped = square.transform((r, r), Image.Transform.AFFINE, data, Image.Resampling.BILINEAR, fillcolor=0)
         cover = Image.new("L", (r, r), 255).transform((r, r), Image.Transform.AFFINE, data, fillcolor=0)
-        side = imaging.SIG_SIDE
-        want = imaging._channels(np.asarray(warped.resize((side, side), Image.Resampling.BOX), dtype=np.float32))
+        side = verifier.SIG_SIDE
+        want = verifier._channels(np.asarray(warped.resize((side, side), Image.Resampling.BOX), dtype=np.float32))
         want_ok = np.asarray(cover.resize((side, side), Image.Resampling.BOX)) == 255
         got, ok = verifier_kernels.warp(np.asarray(square, dtype=np.float64), m)
         assert (ok == want_ok).all()

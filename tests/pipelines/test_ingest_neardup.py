@@ -10,8 +10,11 @@ import uuid
 
 import pytest
 
-from pipelines import imaging, ingest, neardup, vector_index
-from pipelines.phash_index import PHashIndex
+from pipelines.ingest import pipeline as ingest
+from pipelines.neardup import decision as neardup
+from pipelines.neardup import hashing, verifier
+from pipelines.neardup.index import PHashIndex
+from pipelines.search import collections as vector_index
 from tests.pipelines.ingest_support import FakeJob, make_env
 from tools.datagen import images
 from tools.datagen.catalog import generate_labels
@@ -58,8 +61,8 @@ def test_sixty_labels_from_three_designs_lose_none(env):
     for d in range(3):
         for img in images.template_labels(metas[d * 20 : (d + 1) * 20], design_seed=101 + d, size=SIZE):
             rows.append((images.encode(img, "JPEG", 90), metas[len(rows)]))
-            hashes.append(imaging.phash_hex(img))
-    close = sum(imaging.hamming(a, b) <= 8 for i, a in enumerate(hashes) for b in hashes[i + 1 :])
+            hashes.append(hashing.phash_hex(img))
+    close = sum(hashing.hamming(a, b) <= 8 for i, a in enumerate(hashes) for b in hashes[i + 1 :])
     assert close > 100, "the designs really do collide in pHash (else this test proves nothing)"
 
     res = _ingest(env, "line", rows)
@@ -91,7 +94,7 @@ def test_crops_rotations_and_phone_photos_are_caught(env, with_fields):
     res = _ingest(env, "variants", rows)
     for out, (orig, kind, params) in zip(res["items"], truth, strict=True):
         assert out["dedup"] and out["dedup_of"] == orig["id"], (kind, params, out)
-        assert out["distance"] == imaging.hamming(out["phash"], orig["phash"])
+        assert out["distance"] == hashing.hamming(out["phash"], orig["phash"])
         assert out["verifier_score"] is not None
         limit = neardup.FIELDS_AGREE_MAX_SCORE if with_fields else 1.0
         assert 0 <= out["verifier_score"] <= limit
@@ -104,7 +107,7 @@ def test_a_near_duplicate_never_crosses_category(env):
     sake = {**meta, "category": "sake"}
     juice = {**meta, "category": "juice"}
     res = _ingest(env, "cat", [(images.encode(img, "JPEG", 90), sake), (images.encode(img, "JPEG", 70), juice)])
-    assert imaging.hamming(res["items"][0]["phash"], res["items"][1]["phash"]) <= 2
+    assert hashing.hamming(res["items"][0]["phash"], res["items"][1]["phash"]) <= 2
     assert (res["indexed"], res["dedup"]) == (2, 0), res["items"]
 
 
@@ -119,12 +122,12 @@ def _edge_pair(distance: int):
     metas = _distinct_brands(40, seed=8)
     for d in range(20):
         imgs = images.template_labels(metas[d * 2 : d * 2 + 2], design_seed=300 + d, size=SIZE)
-        if imaging.hamming(imaging.phash_hex(imgs[0]), imaging.phash_hex(imgs[1])) == distance:
+        if hashing.hamming(hashing.phash_hex(imgs[0]), hashing.phash_hex(imgs[1])) == distance:
             return metas[d * 2 : d * 2 + 2], imgs
     for a in range(40):  # no adjacent pair: any pair of one design
         for b in range(a + 1, 40):
             imgs = images.template_labels([metas[a], metas[b]], design_seed=400 + a, size=SIZE)
-            if imaging.hamming(imaging.phash_hex(imgs[0]), imaging.phash_hex(imgs[1])) == distance:
+            if hashing.hamming(hashing.phash_hex(imgs[0]), hashing.phash_hex(imgs[1])) == distance:
                 return [metas[a], metas[b]], imgs
     raise AssertionError(f"no pair at distance {distance}")
 
@@ -137,12 +140,12 @@ def test_a_match_at_the_edge_of_the_threshold_goes_through_the_verifier(redis_cl
     (ma, mb), (a, b) = _edge_pair(8)
     only_category = {"category": ma["category"]}
     entry, digest, verify = neardup.verifier_for(a, only_category, 8)
-    sha_a = imaging.sha1_hex(images.encode(a))
-    assert idx.check_and_insert(imaging.phash_hex(a), sha_a, "t:0", entry=entry, verify=verify).status == "indexed"
+    sha_a = hashing.sha1_hex(images.encode(a))
+    assert idx.check_and_insert(hashing.phash_hex(a), sha_a, "t:0", entry=entry, verify=verify).status == "indexed"
 
     entry, digest, verify = neardup.verifier_for(b, {"category": mb["category"]}, 8)
     out = idx.check_and_insert(
-        imaging.phash_hex(b), imaging.sha1_hex(images.encode(b)), "t:1", entry=entry, verify=verify
+        hashing.phash_hex(b), hashing.sha1_hex(images.encode(b)), "t:1", entry=entry, verify=verify
     )
     assert out.status == "indexed" and out.candidates == 1
     (judged,) = verify.judged
@@ -150,20 +153,20 @@ def test_a_match_at_the_edge_of_the_threshold_goes_through_the_verifier(redis_cl
 
     # with the fields the same pair is rejected before any image comparison
     _e, _d, by_fields = neardup.verifier_for(b, mb, 8)
-    assert by_fields([(f"label_{sha_a[:16]}", 8, neardup.make_entry(imaging.signature(a), ma))]) is None
+    assert by_fields([(f"label_{sha_a[:16]}", 8, neardup.make_entry(verifier.signature(a), ma))]) is None
     assert by_fields.judged[0]["reason"] == "different brand_name"
 
     # a true duplicate beyond the old threshold: found within the radius, confirmed by the verifier
     for seed in range(50):
         v = images.variant(a, "crop", random.Random(seed)).image
-        d = imaging.hamming(imaging.phash_hex(v), imaging.phash_hex(a))
+        d = hashing.hamming(hashing.phash_hex(v), hashing.phash_hex(a))
         if 8 < d <= 12:
             break
     else:
         raise AssertionError("no crop lands between the threshold and the radius")
     entry, digest, verify = neardup.verifier_for(v, only_category, 8)
     out = idx.check_and_insert(
-        imaging.phash_hex(v), imaging.sha1_hex(images.encode(v)), "t:2", entry=entry, verify=verify
+        hashing.phash_hex(v), hashing.sha1_hex(images.encode(v)), "t:2", entry=entry, verify=verify
     )
     assert (out.status, out.label_id, out.distance) == ("dedup", f"label_{sha_a[:16]}", d)
     assert out.score is not None and out.score <= 1.0

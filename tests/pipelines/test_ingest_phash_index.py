@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import redis
 
-from pipelines.phash_index import MultiIndex, PHashIndex, _Synced, probe_radii
+from pipelines.neardup.index import MultiIndex, PHashIndex, _Synced, probe_radii
 
 
 def _sha(x) -> str:

@@ -8,8 +8,13 @@ import threading
 import numpy as np
 import pytest
 
-from pipelines import imaging, ingest, lexical, phash_index, reembed, vector_index
-from pipelines.embedding import get_embedder
+from pipelines.embedding.backends import get_embedder
+from pipelines.ingest import pipeline as ingest
+from pipelines.neardup import hashing
+from pipelines.neardup import index as phash_index
+from pipelines.reembed import job as reembed
+from pipelines.search import collections as vector_index
+from pipelines.search import lexical
 from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
 from tools.datagen import images
 from yana.errors import YanaError
@@ -166,7 +171,7 @@ def test_url_sources_are_fetched_only_where_allowed(redis_url, tmp_path, image_s
     allowed = make_env(redis_url, tmp_path, fetch_allow=["127.0.0.1"], fetch_max_bytes=1_000_000)
     items = [_item(0, {"kind": "url", "url": f"{image_server}/redirect"}, METAS[7])]
     res = ingest.run_ingest(FakeJob("u1"), items=items, r=allowed.r, chroma=allowed.chroma, s=allowed.s)
-    assert res["indexed"] == 1 and res["items"][0]["hash_sha1"] == imaging.sha1_hex(_label_bytes(7))
+    assert res["indexed"] == 1 and res["items"][0]["hash_sha1"] == hashing.sha1_hex(_label_bytes(7))
 
     # a one-image job fails with the item's error code
     small = allowed.s.model_copy(update={"fetch_max_bytes": 100})

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from pipelines import chunking, labels
+from pipelines.labels import schema as labels
+from pipelines.text import chunking
 
 
 @pytest.mark.parametrize("max_chars", [1, 7, 50, 2000])

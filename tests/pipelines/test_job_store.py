@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pipelines.jobs import JobStore, job_key
+from pipelines.runtime.jobs import JobStore, job_key
 
 
 def test_one_job_per_binding_even_when_creators_race(redis_client):

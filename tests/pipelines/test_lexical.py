@@ -1,4 +1,4 @@
-"""The shared lexical store (pipelines.lexical) and the Japanese tokenizer."""
+"""The shared lexical store (pipelines.search.lexical) and the Japanese tokenizer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from pipelines import lexical
-from pipelines.tokenize_ja import NO_GLOSSARY, normalize_romaji, romaji_of, tokenize
+from pipelines.search import lexical
+from pipelines.search.tokenizer import NO_GLOSSARY, normalize_romaji, romaji_of, tokenize
 
 
 @pytest.fixture()

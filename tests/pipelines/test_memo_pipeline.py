@@ -1,10 +1,12 @@
-"""pipelines.memo against real Redis and a Chroma folder: memos follow a re-embed to a new model
+"""pipelines.memo.service against real Redis and a Chroma folder: memos follow a re-embed to a new model
 (their own collection is rebuilt and its alias swapped), and stay apart from the labels."""
 
 from __future__ import annotations
 
-from pipelines import memo, reembed, vector_index
-from pipelines.embedding import get_embedder
+from pipelines.embedding.backends import get_embedder
+from pipelines.memo import service as memo
+from pipelines.reembed import job as reembed
+from pipelines.search import collections as vector_index
 from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
 
 CFG = memo.MemoConfig(ttl_s=3600, max_chunk_chars=40)

@@ -70,7 +70,7 @@ def test_neighbour_pairs_are_within_a_document_or_across_single_chunk_documents(
 
 
 def test_missing_context_vectors_fall_back_to_the_chunks_own():
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
 
     emb = get_embedder(None)
     paragraphs = [
@@ -127,7 +127,7 @@ def test_sentence_units_are_the_sentences_of_multi_sentence_chunks():
 
 def _village_query():
     """The real embedder and VILLAGE_QUERY's vector."""
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
 
     emb = get_embedder(None)
     return emb, emb.embed_queries([VILLAGE_QUERY])[0]
@@ -212,7 +212,7 @@ def test_only_shortlisted_chunks_read_sentence_vectors_and_missing_ones_fall_bac
 def test_a_cold_budget_embeds_the_chunks_bm25_ranks_best_first():
     """Under a time budget only the first texts asked for get a vector: they are the chunks BM25
     ranks best (then pairs by their better chunk), not the first paragraphs of the documents."""
-    from pipelines.embedding import get_embedder
+    from pipelines.embedding.backends import get_embedder
 
     emb = get_embedder(None)
     filler = [f"Paragraph {k} is about the weather in a town with {k} bakeries and a market." for k in range(12)]

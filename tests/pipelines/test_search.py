@@ -1,4 +1,4 @@
-"""THE search (pipelines.search): filters, paging, sorting, bounds, duplicates, freshness."""
+"""THE search (pipelines.search.service): filters, paging, sorting, bounds, duplicates, freshness."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from pipelines import lexical, vector_index
-from pipelines import search as search_mod
-from pipelines.search_index import LiveIndex
-from pipelines.tokenize_ja import tokenize
+from pipelines.search import collections as vector_index
+from pipelines.search import lexical
+from pipelines.search import service as search_mod
+from pipelines.search.index import LiveIndex
+from pipelines.search.tokenizer import tokenize
 from tests.pipelines.search_support import build_corpus
 from tests.pipelines.search_support import new_chunk as _new_chunk
 from yana.errors import YanaError
@@ -290,7 +291,7 @@ def test_modes_rank_by_one_signal(corpus):
 
 
 def _stored_docs(corpus, ids):
-    from pipelines.search_index import raw_client
+    from pipelines.search.index import raw_client
 
     raw = raw_client(corpus.r)
     p = lexical.prefix(corpus.name)

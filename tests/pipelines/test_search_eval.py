@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import lexical
+from pipelines.search import lexical
 from tests.pipelines.search_support import build_corpus
 from tools import search_eval
 from tools.datagen.eval_queries import build_queries

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pipelines import lexical
-from pipelines import search as search_mod
+from pipelines.search import lexical
+from pipelines.search import service as search_mod
 from tests.pipelines.search_support import build_corpus
 from yana.errors import YanaError
 from yana.settings import get_settings

@@ -1,4 +1,4 @@
-"""Snapshots of the in-memory search index (pipelines.search_snapshot): a process that maps one and
+"""Snapshots of the in-memory search index (pipelines.search.snapshot): a process that maps one and
 catches up from the change log answers exactly as one that loaded everything from Redis; a
 snapshot that does not fit is skipped with a log line; a write is atomic, even when the writer is
 killed half-way."""
@@ -19,10 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines import lexical, search_snapshot, vector_index
-from pipelines import search as search_mod
-from pipelines.search_index import LiveIndex
-from pipelines.tokenize_ja import tokenize
+from pipelines.search import collections as vector_index
+from pipelines.search import lexical
+from pipelines.search import service as search_mod
+from pipelines.search import snapshot as search_snapshot
+from pipelines.search.index import LiveIndex
+from pipelines.search.tokenizer import tokenize
 from tests.pipelines.search_support import MODEL, build_corpus, new_chunk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,8 +265,8 @@ def test_a_writer_killed_half_way_leaves_no_snapshot_a_reader_would_open(corpus,
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         import redis
-        from pipelines import search_snapshot
-        from pipelines.search_index import LiveIndex
+        from pipelines.search import snapshot as search_snapshot
+        from pipelines.search.index import LiveIndex
         idx = LiveIndex({corpus.name!r})
         idx.sync(redis.Redis.from_url({redis_url!r}, decode_responses=True))
         save_json = search_snapshot._save_json
@@ -368,7 +370,7 @@ def test_a_redis_restored_from_an_older_backup_is_not_mixed_with_a_newer_snapsho
     holds: the first sync sees that the last change it applied is gone, and loads from Redis."""
     import uuid
 
-    from pipelines.search_index import raw_client
+    from pipelines.search.index import raw_client
 
     name = f"test_restore_{uuid.uuid4().hex[:8]}"
     r, raw = redis_client, raw_client(redis_client)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.sources import import_path
+from pipelines.ingest.sources import import_path
 from yana.errors import YanaError
 
 

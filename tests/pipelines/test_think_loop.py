@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipelines.jobs import JobStore
+from pipelines.runtime.jobs import JobStore
 from pipelines.think import evaluator, planner
 from pipelines.think.graph import ThinkDeps, run_loop
 from pipelines.think.job import run_think_job

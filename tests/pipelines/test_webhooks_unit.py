@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from pipelines.safe_http import resolve_target
-from pipelines.sources import check_url
-from pipelines.webhooks import backoff_s, schedule_span_s, sign
+from pipelines.ingest.sources import check_url
+from pipelines.runtime.safe_http import resolve_target
+from pipelines.runtime.webhooks import backoff_s, schedule_span_s, sign
 from yana.errors import YanaError
 from yana.settings import Settings
 

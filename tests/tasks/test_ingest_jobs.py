@@ -11,7 +11,9 @@ import httpx
 import pytest
 import redis
 
-from pipelines import imaging, vector_index
+from pipelines.ingest import image_io
+from pipelines.neardup import hashing, verifier
+from pipelines.search import collections as vector_index
 from tests.pipelines.ingest_support import build_tiny_st_model
 from tests.stack import start_stack, wait_for, wait_job
 from tools.datagen import images
@@ -30,8 +32,8 @@ def distinct_labels(n: int, seed: int, size=(96, 144)) -> list[tuple[dict, bytes
         meta = metas[i % len(metas)]
         img = images.render_label(meta, size=size, seed=seed * 100_000 + i)
         i += 1
-        ph = imaging.phash_hex(img)
-        if all(imaging.hamming(ph, o[2]) > THRESHOLD for o in out):
+        ph = hashing.phash_hex(img)
+        if all(hashing.hamming(ph, o[2]) > THRESHOLD for o in out):
             out.append((meta, images.encode(img, "JPEG", 85), ph))
     return out
 
@@ -102,7 +104,7 @@ def test_kill9_during_a_200_image_job_indexes_each_image_once(jstack, client):
     label_ids = [m["id"] for m in got["metadatas"]]
     assert col.count() == len(got["ids"]) == 200, "one chunk per label, none twice"
     assert len(set(label_ids)) == 200
-    assert set(label_ids) == {f"label_{imaging.sha1_hex(d)[:16]}" for _m, d, _p in rows}
+    assert set(label_ids) == {f"label_{hashing.sha1_hex(d)[:16]}" for _m, d, _p in rows}
 
 
 def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
@@ -115,9 +117,9 @@ def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
     kinds = ("jpeg", "resize", "brightness")
     twins = []
     for k, (meta, data, _ph) in enumerate(base):
-        img = imaging.decode_image(data, max_bytes=10**7, max_pixels=10**8).image
+        img = image_io.decode_image(data, max_bytes=10**7, max_pixels=10**8).image
         v = images.variant(img, kinds[k % 3], rng).image
-        twins.append((meta, images.encode(v, "JPEG", 80), imaging.phash_hex(v)))
+        twins.append((meta, images.encode(v, "JPEG", 80), hashing.phash_hex(v)))
     before = _count(jstack)
     a = client.post("/v1/ingest", files=_files(base, "a"), data={"category": "juice"})
     b = client.post("/v1/ingest", files=_files(twins, "b"), data={"category": "juice"})
@@ -130,13 +132,13 @@ def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
     ra, rb = ja["result"]["items"], jb["result"]["items"]
 
     def verified(query: bytes, stored: bytes) -> bool:  # the second stage, as the worker runs it
-        decode = partial(imaging.decode_image, max_bytes=10**7, max_pixels=10**8)
-        return imaging.verify(decode(query).image, imaging.signature(decode(stored).image)) <= 1.0
+        decode = partial(image_io.decode_image, max_bytes=10**7, max_pixels=10**8)
+        return verifier.verify(decode(query).image, verifier.signature(decode(stored).image)) <= 1.0
 
     indexed = merged = 0
     for oa, ob, (_m, da, _pa), (_m2, db, _pb) in zip(ra, rb, base, twins, strict=True):
         assert not oa["error"] and not ob["error"]
-        near = imaging.hamming(oa["phash"], ob["phash"]) <= THRESHOLD
+        near = hashing.hamming(oa["phash"], ob["phash"]) <= THRESHOLD
         same = (verified(db, da), verified(da, db))  # whichever of the two is inserted first
         if near and all(same):
             assert [oa["dedup"], ob["dedup"]].count(True) == 1, (oa, ob)
@@ -145,7 +147,7 @@ def test_two_workers_racing_near_duplicates_index_one_of_each(jstack, client):
         if oa["dedup"] or ob["dedup"]:
             winner, loser = (ob, oa) if oa["dedup"] else (oa, ob)
             assert loser["dedup_of"] == winner["id"]
-            assert loser["distance"] == imaging.hamming(loser["phash"], winner["phash"])
+            assert loser["distance"] == hashing.hamming(loser["phash"], winner["phash"])
             assert loser["verifier_score"] <= 1.0
             merged += 1
         indexed += 2 - (oa["dedup"] or ob["dedup"])

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from pipelines.jobs import JobStore
+from pipelines.runtime.jobs import JobStore
 from tasks.maintenance import broker_mentions
 from tests.stack import wait_job
 

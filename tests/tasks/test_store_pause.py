@@ -14,7 +14,8 @@ import pytest
 import redis
 from chromadb.config import Settings as ChromaSettings
 
-from pipelines import imaging, vector_index
+from pipelines.neardup import hashing
+from pipelines.search import collections as vector_index
 from tests.stack import start_stack, wait_for, wait_job
 from tests.tasks.test_ingest_jobs import _files, distinct_labels
 
@@ -80,4 +81,4 @@ def test_paused_chroma_mid_job_retries_and_indexes_each_image_once(pstack):
     got = col.get(include=["metadatas"])
     label_ids = [m["id"] for m in got["metadatas"]]
     assert col.count() == len(label_ids) == N_IMAGES, "one chunk per label, none twice"
-    assert set(label_ids) == {f"label_{imaging.sha1_hex(d)[:16]}" for _m, d, _p in rows}
+    assert set(label_ids) == {f"label_{hashing.sha1_hex(d)[:16]}" for _m, d, _p in rows}

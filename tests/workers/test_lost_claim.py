@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import redis
 
-from pipelines.jobs import hb_key, job_key
+from pipelines.runtime.jobs import hb_key, job_key
 from tasks.demo import EFFECTS
 from tests.stack import wait_for, wait_job
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cli.processes import free_port
-from pipelines.jobs import WEBHOOKS_DUE
+from pipelines.runtime.jobs import WEBHOOKS_DUE
 from tests.stack import wait_for, wait_job
 from tests.webhook_receiver import Receiver
 from yana.settings import Settings
@@ -96,8 +96,8 @@ def test_private_callback_refused_at_submit(api):
 def test_a_failing_delivery_is_recorded_and_bounded_whatever_the_cause(redis_client):
     """An unusable secret (as an empty WEBHOOK_SECRET once was) fails the attempt like a network
     error would: recorded on the job, rescheduled, and finally given up."""
-    from pipelines.jobs import WEBHOOKS_DUE, JobStore
-    from pipelines.webhooks import WebhookDispatcher
+    from pipelines.runtime.jobs import WEBHOOKS_DUE, JobStore
+    from pipelines.runtime.webhooks import WebhookDispatcher
 
     store = JobStore(redis_client)
     job = store.create("demo.sleep", {}, callback_url="http://127.0.0.1:9/hook")

@@ -65,7 +65,7 @@ def stub(openai_stub):
 
 
 class FakeRetriever:
-    """Stands in for pipelines.search in graph tests (the real one has its own tests and the API
+    """Stands in for pipelines.search.service in graph tests (the real one has its own tests and the API
     end-to-end tests); records what it was asked."""
 
     def __init__(self, hits=None, error: Exception | None = None, delay_s: float = 0.0):

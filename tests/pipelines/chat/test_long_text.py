@@ -6,7 +6,7 @@ import asyncio
 
 from pipelines.chat.graph import ChatInput, run_chat
 from pipelines.chat.nodes import retrieval_query
-from pipelines.search import QUERY_MAX_CHARS
+from pipelines.search.service import QUERY_MAX_CHARS
 from tests.pipelines.chat.api_support import ingest_labels
 from tests.pipelines.chat.conftest import FakeRetriever
 from tests.stack import wait_for

@@ -25,9 +25,15 @@ from typing import Any
 
 from chromadb.errors import NotFoundError
 
-from pipelines.chunking import chunk_text
-from pipelines.embedding import canonical_model_name, get_embedder, resolve_default_model
-from pipelines.vector_index import ACTIVE_ALIAS_KEY, collection_model, create_collection, model_slug, open_collection
+from pipelines.embedding.backends import canonical_model_name, get_embedder, resolve_default_model
+from pipelines.search.collections import (
+    ACTIVE_ALIAS_KEY,
+    collection_model,
+    create_collection,
+    model_slug,
+    open_collection,
+)
+from pipelines.text.chunking import chunk_text
 from yana.errors import ErrorCode, YanaError
 
 log = logging.getLogger("yana.memo")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-import orjson
-
-from pipelines import labels, lexical, vector_index
+from pipelines.labels import schema as labels
+from pipelines.search import collections as vector_index
+from pipelines.search import lexical
 
 LABEL_ID = re.compile(r"^label_[0-9a-f]{16}$")
 
@@ -21,7 +21,7 @@ def image_key(r, label_id: str) -> str | None:
     # Labels indexed before the map existed: the file_path in the chunk's metadata (local store).
     collection = vector_index.active_name(r)
     if collection:
-        raw = r.hget(lexical.prefix(collection) + "doc:" + labels.chunk_id(label_id, 0), "meta")
-        if raw:
-            return orjson.loads(raw).get("file_path") or None
+        meta = lexical.chunk_meta(r, collection, labels.chunk_id(label_id, 0))
+        if meta:
+            return meta.get("file_path") or None
     return None

@@ -5,7 +5,7 @@ Chroma delete. Each call is one Lua script per batch, so a reader never sees hal
 every change bumps a per-collection sequence number and records the chunk id in a change log
 (a sorted set id -> seq of its last change: it never grows past the number of ids ever indexed).
 
-Search processes (pipelines.search_index) read the sequence number before every query and, when
+Search processes (pipelines.search.index) read the sequence number before every query and, when
 it moved, fetch only the ids changed since their last sync. So there is no per-process state that
 can go stale: any search that starts after `index_chunks`/`remove_chunks` returned sees the change,
 whichever API process or host serves it (cost: one Redis GET per query).
@@ -37,7 +37,7 @@ import numpy as np
 import orjson
 import redis
 
-from pipelines.tokenize_ja import TOKENIZER_VERSION, normalize, tokenize
+from pipelines.search.tokenizer import TOKENIZER_VERSION, normalize, tokenize
 
 log = logging.getLogger("yana.lexical")
 
@@ -185,6 +185,12 @@ def position(r: redis.Redis, collection: str) -> tuple[str | None, int]:
 
 def current_seq(r: redis.Redis, collection: str) -> int:
     return int(r.get(prefix(collection) + "seq") or 0)
+
+
+def chunk_meta(r: redis.Redis, collection: str, chunk_id: str) -> dict | None:
+    """The stored metadata of one indexed chunk, or None."""
+    raw = r.hget(prefix(collection) + "doc:" + chunk_id, "meta")
+    return orjson.loads(raw) if raw else None
 
 
 def count(r: redis.Redis, collection: str) -> int:

@@ -17,8 +17,8 @@ import orjson
 import redis
 from standardwebhooks.webhooks import Webhook
 
-from pipelines.jobs import WEBHOOKS_DUE, JobStore, now_iso, public_view
-from pipelines.safe_http import post_pinned, resolve_target
+from pipelines.runtime.jobs import WEBHOOKS_DUE, JobStore, now_iso, public_view
+from pipelines.runtime.safe_http import post_pinned, resolve_target
 from yana.errors import YanaError, describe
 
 _CLAIM_DUE = """

@@ -4,8 +4,8 @@ The HTTP route, the chat fast path, the think loop and MCP all call `search()`.
 
 Ranking (mode="hybrid"), over the rows that pass the filters:
   score = W_LEX * minmax(BM25) + (1 - W_LEX) * minmax(cosine) + meta_bonus
-  - BM25 over the terms of pipelines.tokenize_ja (CJK bigrams + romaji words + romaji trigrams),
-    from the shared index (pipelines.lexical) mirrored in memory (pipelines.search_index).
+  - BM25 over the terms of pipelines.search.tokenizer (CJK bigrams + romaji words + romaji trigrams),
+    from the shared index (pipelines.search.lexical) mirrored in memory (pipelines.search.index).
   - cosine of the query embedding (the collection's own model) with every filtered row: exact.
   - min-max is taken over the whole filtered set, so a row's score does not depend on which page
     is asked for: pages are slices of one total order (score desc, then id), with no overlap or gap.
@@ -20,7 +20,7 @@ document already shown, a pHash within PHASH_THRESHOLD bits of one already shown
 cosine >= 0.99 to one already shown *for the same brand and product* (distinct products of a brand
 can be 0.998 apart, so vectors alone would hide real labels).
 
-Not found: the glossary concepts the query names (pipelines.glossary: 泡盛, 沖縄, dry, Otaru ...)
+Not found: the glossary concepts the query names (pipelines.search.glossary: 泡盛, 沖縄, dry, Otaru ...)
 that no row passing the filters carries are listed in `not_found` (canonical forms), so a caller
 can say "there is none" instead of presenting the nearest hits as if they matched. A form with
 several meanings ("sparkling": 発泡 or 炭酸) counts as found when any of them is.
@@ -50,11 +50,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines import glossary as glossary_mod
-from pipelines import imaging, labels, lexical, search_snapshot, vector_index
-from pipelines.embedding import get_embedder, resolve_default_model
-from pipelines.search_index import LiveIndex
-from pipelines.tokenize_ja import DEFAULT_SCHEME, GLOSS_PREFIX, NO_GLOSSARY, normalize, tokenize
+from pipelines.embedding.backends import get_embedder, resolve_default_model
+from pipelines.labels import schema as labels
+from pipelines.neardup import hashing
+from pipelines.search import collections as vector_index
+from pipelines.search import glossary as glossary_mod
+from pipelines.search import lexical
+from pipelines.search import snapshot as search_snapshot
+from pipelines.search.index import LiveIndex
+from pipelines.search.tokenizer import DEFAULT_SCHEME, GLOSS_PREFIX, NO_GLOSSARY, normalize, tokenize
 from yana.clients import get_chroma, get_redis
 from yana.errors import ErrorCode, YanaError, bad_request, internal
 from yana.settings import get_settings
@@ -121,7 +125,7 @@ def _mapped(collection: str, r, chroma) -> LiveIndex | None:
 
 def _maybe_snapshot(idx: LiveIndex, chroma, collection: str) -> None:
     """After a sync: have a snapshot written in the background when the index is far enough past
-    the newest one (pipelines.search_snapshot.maybe_write; a cheap check otherwise)."""
+    the newest one (pipelines.search.snapshot.maybe_write; a cheap check otherwise)."""
     s = get_settings()
     root = _snapshot_root()
     if root is None:
@@ -297,9 +301,9 @@ def _ordered(idx: LiveIndex, rows: np.ndarray, key: np.ndarray, m: int) -> list[
 
 
 def _hamming(a: str, b: str) -> int:
-    """imaging.hamming, with a malformed stored hash counting as far apart."""
+    """hashing.hamming, with a malformed stored hash counting as far apart."""
     try:
-        return imaging.hamming(a, b)
+        return hashing.hamming(a, b)
     except ValueError:
         return 64
 

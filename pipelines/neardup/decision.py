@@ -1,6 +1,6 @@
 """The second stage of near-duplicate detection: is a pHash candidate really the same label?
 
-The pHash multi-index (pipelines.phash_index) returns every indexed label within a loose radius;
+The pHash multi-index (pipelines.neardup.index) returns every indexed label within a loose radius;
 each candidate then passes two independent checks, precision first (a false merge silently drops
 a distinct label from search, a missed one only leaves a duplicate entry):
 
@@ -10,7 +10,7 @@ a distinct label from search, a missed one only leaves a duplicate entry):
    candidate is judged at any pHash distance (a crop too far for the hash) and passes the image
    check at FIELDS_AGREE_MAX_SCORE;
 2. the image: the query is aligned onto the candidate's stored 32x32 signature (luma and two
-   colour planes) and compared block by block (`imaging.verify`), so a label printed from the same design with other text
+   colour planes) and compared block by block (`verifier.verify`), so a label printed from the same design with other text
    is told apart from a crop, a rotation or a phone photo of the same label.
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
@@ -30,13 +30,13 @@ from typing import Any
 import orjson
 from PIL import Image
 
-from pipelines import imaging
+from pipelines.neardup import verifier
 
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
 # the hard negatives (same design, other text), so the image only has to be the same picture
 # (aligned: residual <= 0.8; no block limit at 4 x the block threshold; on the grey-only score,
-# imaging.verify_many(fields_agree=...)), not pass the block and colour tests
+# verifier.verify_many(fields_agree=...)), not pass the block and colour tests
 # made for telling text apart.
 FIELDS_AGREE_MAX_SCORE = 4.0
 
@@ -105,7 +105,7 @@ class Verifier:
     """Called by PHashIndex.check_and_insert with candidates (label_id, distance, entry); returns
     the best one that is the same label, or None. `judged` keeps every verdict for the report."""
 
-    view: imaging.QueryView  # the query image as the verifier sees it (with its signature)
+    view: verifier.QueryView  # the query image as the verifier sees it (with its signature)
     fields: dict
     legacy_threshold: int  # entries indexed before signatures existed: distance alone decides
     use_fields: bool = True
@@ -127,7 +127,7 @@ class Verifier:
                 verdict = {"same": False, "reason": "verifier" + (" (fields agree)" if agree else "")}
                 to_compare.append((len(verdicts), sig, agree))
             verdicts.append((label_id, distance, verdict))
-        scores = imaging.verify_many(
+        scores = verifier.verify_many(
             self.view,
             [sig for _i, sig, _l in to_compare],
             fields_agree=[agree for _i, _s, agree in to_compare],
@@ -148,6 +148,6 @@ class Verifier:
 
 def verifier_for(image: Image.Image, fields: dict | None, legacy_threshold: int, *, use_fields: bool = True):
     """(signature entry to store, fields digest, verifier) for one decoded image and its fields."""
-    view = imaging.query_view(image)
+    view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
     return make_entry(view.sig, fields), fields_digest(fields), Verifier(view, fields, legacy_threshold, use_fields)

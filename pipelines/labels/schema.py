@@ -25,10 +25,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from pipelines.labels.model import TEXT_FIELDS
+
 CATEGORIES = ("sake", "juice")
 CATEGORY_JA = {"sake": "日本酒", "juice": "ジュース"}
 FEATURE_SEP = "、"
-STRING_FIELDS = ("category", "brand_name", "product_name", "brewery", "region")
+STRING_FIELDS = ("category", *TEXT_FIELDS)
 SCHEMA_KEYS = (
     "id",
     "doc_id",

@@ -1,127 +1,19 @@
-"""Safe image decoding, content hashes and storage of the original bytes.
+"""The near-duplicate verifier: second stage after the pHash candidates (pipelines.neardup.decision).
 
-Decoding refuses, before any pixel is decompressed: more than MAX_IMAGE_BYTES, a type other than
-JPEG / PNG / WebP / GIF (sniffed from magic bytes, not the file name or the client's content type),
-and a header announcing more than MAX_IMAGE_PIXELS (decompression bomb). A file that then fails to
-decode (truncated, corrupt) is CORRUPT_IMAGE. Animated GIFs use their first frame; EXIF rotation is
-applied so a rotated phone photo hashes like its upright twin.
-
-Each error is a YanaError whose code names the problem; the ingest job records it on the item.
-
-Near duplicates are decided in two stages (pipelines.neardup): the 64-bit pHash finds candidates,
-then `verify` compares a 32x32 signature of the candidate (luma and two colour planes, stored in
-Redis) with the query image after aligning them, block by block (on a grid and on the grid shifted by
-half a block), so labels that share a design and differ only in their text (where a global hash sees
-one image) are told apart.
+`verify` compares a 32x32 signature of the candidate (luma and two colour planes, stored in Redis)
+with the query image after aligning them, block by block (on a grid and on the grid shifted by half
+a block), so labels that share a design and differ only in their text (where a global hash sees one
+image) are told apart.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import os
-import tempfile
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
-import imagehash
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
-from pipelines import verifier_kernels
-from yana.blobs import BlobStore
-from yana.errors import ErrorCode, YanaError, describe
-
-FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
-EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif"}
-
-
-@dataclass
-class DecodedImage:
-    image: Image.Image  # RGB, first frame, EXIF-upright
-    format: str  # one of FORMATS
-    width: int
-    height: int
-
-
-def sniff_format(data: bytes) -> str | None:
-    """The image type by its magic bytes, or None when it is none we accept."""
-    head = data[:16]
-    if head.startswith(b"\xff\xd8\xff"):
-        return "JPEG"
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "PNG"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "WEBP"
-    if head.startswith((b"GIF87a", b"GIF89a")):
-        return "GIF"
-    return None
-
-
-def check_bytes(data: bytes, max_bytes: int) -> str:
-    """Cheap checks the API can run before accepting bytes: size cap and type. Returns the format."""
-    if len(data) > max_bytes:
-        raise YanaError.of(ErrorCode.IMAGE_TOO_LARGE, f"image is {len(data)} bytes; the limit is {max_bytes}")
-    if not data:
-        raise YanaError.of(ErrorCode.EMPTY_IMAGE, "image is empty")
-    fmt = sniff_format(data)
-    if fmt is None:
-        raise YanaError.of(ErrorCode.UNSUPPORTED_IMAGE_TYPE, "not a JPEG, PNG, WebP or GIF image")
-    return fmt
-
-
-def decode_image(data: bytes, *, max_bytes: int, max_pixels: int) -> DecodedImage:
-    fmt = check_bytes(data, max_bytes)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data), formats=[fmt])
-            w, h = img.size
-            if w <= 0 or h <= 0:
-                raise YanaError.of(ErrorCode.CORRUPT_IMAGE, "image has no pixels")
-            if w * h > max_pixels:
-                raise YanaError.of(
-                    ErrorCode.IMAGE_TOO_MANY_PIXELS,
-                    f"image is {w}x{h} pixels; the limit is {max_pixels} (decompression bomb guard)",
-                )
-            if getattr(img, "n_frames", 1) > 1:
-                img.seek(0)
-            img.load()
-            rgb = ImageOps.exif_transpose(img).convert("RGB")
-    except YanaError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise YanaError.of(ErrorCode.IMAGE_TOO_MANY_PIXELS, f"decompression bomb refused: {exc}") from exc
-    except Exception as exc:  # UnidentifiedImageError, OSError (truncated), SyntaxError, struct.error...
-        raise YanaError.of(ErrorCode.CORRUPT_IMAGE, f"cannot decode {fmt} image: {describe(exc)}") from exc
-    return DecodedImage(rgb, fmt, rgb.width, rgb.height)
-
-
-def sha1_hex(data: bytes) -> str:
-    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
-
-
-def phash_hex(image: Image.Image) -> str:
-    """64-bit DCT perceptual hash (imagehash.phash, 8x8) as 16 hex chars."""
-    return str(imagehash.phash(image, hash_size=8))
-
-
-def phash_int(hex16: str) -> int:
-    return int(hex16, 16)
-
-
-def hamming(a: str | int, b: str | int) -> int:
-    """Bits that differ between two 64-bit hashes (ints or 16 hex chars): the one implementation."""
-    a = phash_int(a) if isinstance(a, str) else a
-    b = phash_int(b) if isinstance(b, str) else b
-    return (a ^ b).bit_count()
-
-
-def hamming_array(a, b) -> np.ndarray:
-    """`hamming` over uint64 arrays (or a Python int), broadcasting like numpy."""
-    return np.bitwise_count(np.asarray(a, dtype=np.uint64) ^ np.asarray(b, dtype=np.uint64))
-
+from pipelines.neardup import kernels as verifier_kernels
 
 # --- second stage: aligned thumbnail comparison ----------------------------------------------
 
@@ -272,7 +164,7 @@ def compare(
     loose: list[bool] | None = None,
 ) -> list[Score]:
     """Per candidate signature: the score parts of the query image after aligning it (compiled:
-    pipelines.verifier_kernels). An unaligned comparison that already passes is kept: most
+    pipelines.neardup.kernels). An unaligned comparison that already passes is kept: most
     re-uploads (a new JPEG, a resize, brightness) need no alignment. Then an affine alignment
     (Gauss-Newton on the luma, 16 then 32 px), then (with `homography`) a homography refinement
     of it for what an affine map cannot model, a phone photo's perspective; the best score counts.
@@ -322,7 +214,7 @@ def verify_many(
     """Verifier score per candidate signature: <= 1.0 means the same label. Where
     `fields_agree[i]`, the uploader's fields already tell the labels apart, and the score is the
     grey-only one (residual / LEGACY_MAX_RESIDUAL, worst luma block / LEGACY_MAX_BLOCK_DECORRELATION;
-    no colour), which pipelines.neardup compares with its looser FIELDS_AGREE_MAX_SCORE."""
+    no colour), which pipelines.neardup.decision compares with its looser FIELDS_AGREE_MAX_SCORE."""
     agree = fields_agree or [False] * len(candidate_sigs)
     return [
         score_of(sc, sig, fields_agree=a)
@@ -355,44 +247,3 @@ def warm_up() -> None:
     other = signature(pictures[1])
     compare(pictures[0], [other, other[:_PLANE]])  # colour and grey-only, through every stage
     compare(pictures[0], [other], loose=[True])
-
-
-def image_relpath(sha1: str, fmt: str) -> str:
-    """Where an image lives, relative to DATA_DIR (content-addressed: rewriting it is harmless)."""
-    return f"images/{sha1[:2]}/{sha1}.{EXTENSIONS[fmt]}"
-
-
-MEDIA_TYPES = {"jpg": "image/jpeg", "png": "image/png", "webp": "image/webp", "gif": "image/gif"}
-
-
-def store_image(blobs: BlobStore, sha1: str, fmt: str, data: bytes) -> str:
-    """Keep the original bytes in the blob store (atomic put); returns the blob key, which is also
-    the path relative to DATA_DIR with the local backend. Content-addressed: a second put of the
-    same bytes is skipped."""
-    key = image_relpath(sha1, fmt)
-    have = blobs.stat(key)
-    if have is not None and have.size == len(data):
-        return key
-    blobs.put(key, data)
-    return key
-
-
-def media_type(key: str) -> str:
-    return MEDIA_TYPES.get(key.rsplit(".", 1)[-1].lower(), "application/octet-stream")
-
-
-def write_atomic(dest: Path, data: bytes) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pipelines import memo
-from pipelines import vector_index as vi
-from pipelines.embedding import DEFAULT_MODEL_KEY, canonical_model_name, get_embedder
-from pipelines.ingest import BUILDING_KEY, JobHandle, _NoJob
-from pipelines.jobs import TERMINAL, JobStore
+from pipelines.embedding.backends import DEFAULT_MODEL_KEY, canonical_model_name, get_embedder
+from pipelines.ingest.pipeline import BUILDING_KEY, JobHandle, _NoJob
+from pipelines.memo import service as memo
+from pipelines.runtime.jobs import TERMINAL, JobStore
+from pipelines.search import collections as vi
 from yana.clients import get_chroma, get_redis
 from yana.errors import conflict
 from yana.settings import Settings, get_settings

@@ -21,10 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines import imaging, labels, phash_index, sources
-from pipelines.jobs import TERMINAL, job_key
-from pipelines.safe_http import resolve_target
-from pipelines.textcheck import is_blank
+from pipelines.ingest import image_io, sources
+from pipelines.labels import schema as labels
+from pipelines.labels.model import FIELD_NAMES
+from pipelines.neardup import hashing
+from pipelines.neardup import index as phash_index
+from pipelines.runtime.jobs import TERMINAL, job_key
+from pipelines.runtime.safe_http import resolve_target
+from pipelines.text.check import is_blank
 from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError
 from yana.ids import new_job_id
@@ -32,7 +36,7 @@ from yana.settings import Settings
 
 log = logging.getLogger("yana.ingest")
 
-LABEL_FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
+LABEL_FIELDS = FIELD_NAMES
 STAGING = "incoming"  # blob keys incoming/<job id>/<item index>.bin
 METADATA_MAX_KEYS = 64
 METADATA_KEY_MAX_CHARS = 128
@@ -109,7 +113,7 @@ def check_image(img: ImageInput, s: Settings) -> dict:
         )
     source = _image_source(img)
     if img.data is not None:
-        imaging.check_bytes(img.data, s.max_image_bytes)
+        image_io.check_bytes(img.data, s.max_image_bytes)
     elif source["kind"] == "file":
         p = sources.import_path(source["path"], s.import_dir)
         if p.stat().st_size > s.max_image_bytes:
@@ -177,7 +181,7 @@ def exact_duplicate(img: ImageInput, source: dict, r, s: Settings, blobs: BlobSt
         data = sources.import_path(source["path"], s.import_dir).read_bytes()
     else:
         return None
-    sha1 = imaging.sha1_hex(data)
+    sha1 = hashing.sha1_hex(data)
     hit = phash_index.lookup_sha1(r, sha1)
     if hit is None:
         return None

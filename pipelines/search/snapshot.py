@@ -1,9 +1,9 @@
-"""On-disk snapshots of a search process's in-memory index (pipelines.search_index.LiveIndex).
+"""On-disk snapshots of a search process's in-memory index (pipelines.search.index.LiveIndex).
 
 Why: a new API process used to load every chunk from Redis before it could answer (~5.5 s at 100k
 chunks, 408 until then). It now maps the newest snapshot from its host's data folder (well under a
 second at 100k: bench/search_scale.py) and then catches up with the ordinary `sync()`, which reads
-only the changes recorded after the snapshot's position in the change log (pipelines.lexical).
+only the changes recorded after the snapshot's position in the change log (pipelines.search.lexical).
 
 Layout: <SEARCH_SNAPSHOT_DIR or DATA_DIR/search-snapshots>/<collection>/snap-<seq>-<token>/
   manifest.json      the stamp (collection, epoch, seq, tokenizer version, model, dimension), the
@@ -62,8 +62,8 @@ from typing import Literal
 import numpy as np
 import orjson
 
-from pipelines.search_index import CODE_FIELDS, Blobs, LiveIndex, _Block, _Columns, _concat_blocks, _csc, _TermIds
-from pipelines.tokenize_ja import TOKENIZER_VERSION
+from pipelines.search.index import CODE_FIELDS, Blobs, LiveIndex, _Block, _Columns, _concat_blocks, _csc, _TermIds
+from pipelines.search.tokenizer import TOKENIZER_VERSION
 
 log = logging.getLogger("yana.search_snapshot")
 

@@ -8,7 +8,7 @@ matrix-vector product over the rows that pass the filter (exact, so a filtered q
 a matching item the way a post-filtered ANN result can).
 
 Why it never goes stale: `sync()` runs before every query. It reads the collection's change
-counter in Redis (pipelines.lexical) and, when it moved, applies exactly the chunks changed since
+counter in Redis (pipelines.search.lexical) and, when it moved, applies exactly the chunks changed since
 the last sync. A search that starts after an ingest or delete returned sees it, in every process
 on every host.
 
@@ -27,7 +27,7 @@ vectors (one matrix-vector product; a region filter at 1M rows, bench/search_sca
 rows, so BM25's idf needs no scan. Each row's stored metadata and text are kept as the bytes Redis
 holds (parsed only for the rows a query shows): at 1M chunks a dict per row would cost gigabytes.
 
-Warm start: pipelines.search_snapshot writes this state to disk and maps it into a new process
+Warm start: pipelines.search.snapshot writes this state to disk and maps it into a new process
 (the arrays copy-on-write), which then syncs only the changes after the snapshot's position.
 
 Loading is vectorised: a cold process applies a batch of chunks with a handful of numpy calls per
@@ -54,9 +54,9 @@ import orjson
 import redis
 from scipy import sparse
 
-from pipelines import lexical
-from pipelines.labels import normalise_features
-from pipelines.tokenize_ja import TOKENIZER_VERSION, normalize, romaji_of
+from pipelines.labels.schema import normalise_features
+from pipelines.search import lexical
+from pipelines.search.tokenizer import TOKENIZER_VERSION, normalize, romaji_of
 
 log = logging.getLogger("yana.search_index")
 
@@ -246,7 +246,7 @@ class LiveIndex:
         self.collection = collection
         self.lock = threading.RLock()
         self.seq = 0
-        self.epoch: str | None = None  # the change log's epoch seq was read under (pipelines.lexical)
+        self.epoch: str | None = None  # the change log's epoch seq was read under (pipelines.search.lexical)
         self.snapshot_seq = 0  # position of the newest snapshot this process mapped or wrote
         self.last_id: str | None = None  # the id whose change is at position seq
         self.n = 0

@@ -14,13 +14,13 @@ distance t of the query has one of the first a+1 blocks within q of the query's 
 others within q-1 (pigeonhole), so probing those block neighbourhoods in sorted block tables finds
 every match: recall is exactly that of a brute-force scan. Candidates are verified with popcount.
 
-  yana:phash:sig    key -> signature entry of the second stage (pipelines.neardup), written and
+  yana:phash:sig    key -> signature entry of the second stage (pipelines.neardup.decision), written and
                     removed together with the log record
   yana:phash:fields:{digest}  set of keys indexed with the same (category, brand, product): they
                     are candidates at any pHash distance (a crop too far for the hash)
 
 Check-and-insert is two-stage and stays atomic: the process searches its copy (up to log offset N)
-for candidates within the loose `radius`, a verifier (Python, pipelines.neardup) judges them, and
+for candidates within the loose `radius`, a verifier (Python, pipelines.neardup.decision) judges them, and
 only when none is the same label the Lua script runs: it scans the records appended after N and,
 when one of them is a candidate not judged yet, returns it instead of inserting; the worker judges
 it and calls again. So a record is appended only when every candidate up to that moment was judged
@@ -38,11 +38,11 @@ from typing import Any, Protocol
 import numba as nb
 import numpy as np
 
-from pipelines.imaging import hamming, hamming_array
+from pipelines.neardup.hashing import hamming, hamming_array
 
 LOG_KEY = "yana:phash:log"
 SHA1_KEY = "yana:phash:sha1"
-SIG_KEY = "yana:phash:sig"  # key (16 hex) -> the verifier's signature entry (pipelines.neardup)
+SIG_KEY = "yana:phash:sig"  # key (16 hex) -> the verifier's signature entry (pipelines.neardup.decision)
 # set of keys whose uploader sent the same category/brand/product (candidates at any distance)
 FIELDS_KEY = "yana:phash:fields:{digest}"
 REC = 33

@@ -1,8 +1,8 @@
 """The ingest job body: label images and text documents into the active collection.
 
 Per image: bytes (uploaded / import folder / URL) → safe decode → sha1 → 64-bit pHash → kept in the
-blob store under images/ (yana.blobs: DATA_DIR, or the S3 bucket of BLOB_URL) → atomic near-duplicate check-and-insert (pipelines.phash_index: candidates within a
-loose pHash radius, each judged by the second stage of pipelines.neardup: the uploader's fields and
+blob store under images/ (yana.blobs: DATA_DIR, or the S3 bucket of BLOB_URL) → atomic near-duplicate check-and-insert (pipelines.neardup.index: candidates within a
+loose pHash radius, each judged by the second stage of pipelines.neardup.decision: the uploader's fields and
 an aligned thumbnail comparison; the outcome names `dedup_of`, `distance` and `verifier_score`)
 → label text from
 the uploader's fields → chunks ≤ MAX_CHUNK_CHARS → embeddings, batched across the items of a batch →
@@ -25,10 +25,16 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipelines import chunking, imaging, labels, neardup, phash_index, sources, vector_index
-from pipelines.embed_cache import embed_cached
-from pipelines.ingest_accept import remove_staged
-from pipelines.phash_index import shared_index
+from pipelines.embedding.cache import embed_cached
+from pipelines.ingest import image_io, sources
+from pipelines.ingest.accept import remove_staged
+from pipelines.labels import schema as labels
+from pipelines.neardup import decision as neardup
+from pipelines.neardup import hashing, verifier
+from pipelines.neardup import index as phash_index
+from pipelines.neardup.index import shared_index
+from pipelines.search import collections as vector_index
+from pipelines.text import chunking
 from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
@@ -70,7 +76,7 @@ class _NoJob:
 def warm_up() -> None:
     """Load the near-duplicate check's compiled code (the verifier and the pHash search) before a
     first job needs it."""
-    imaging.warm_up()
+    verifier.warm_up()
     phash_index.warm_up()
 
 
@@ -160,11 +166,11 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
             if item["source"].get("kind") == "url"
             else s.max_image_bytes,
         )
-        dec = imaging.decode_image(data, max_bytes=s.max_image_bytes, max_pixels=s.max_image_pixels)
-        sha1 = imaging.sha1_hex(data)
-        ph = imaging.phash_hex(dec.image)
+        dec = image_io.decode_image(data, max_bytes=s.max_image_bytes, max_pixels=s.max_image_pixels)
+        sha1 = hashing.sha1_hex(data)
+        ph = hashing.phash_hex(dec.image)
         out.update(hash_sha1=sha1, phash=ph)
-        image_key = imaging.store_image(blobs, sha1, dec.format, data)
+        image_key = image_io.store_image(blobs, sha1, dec.format, data)
         # file_path: the image on this host's disk (relative to DATA_DIR); none with a shared store.
         file_path = image_key if blobs.local_path(image_key) is not None else ""
         out["file_path"] = file_path or None

@@ -346,11 +346,10 @@ class JobStore:
     # --- worker side ----------------------------------------------------------------------
     def claim(self, job_id: str, token: str, *, hb_ttl_s: float, max_attempts: int) -> Claim:
         err = _dump(
-            {
-                "code": "ATTEMPTS_EXHAUSTED",
-                "message": f"job was started {max_attempts} times and never finished (worker lost or killed each time)",
-                "retryable": False,
-            }
+            YanaError.of(
+                ErrorCode.ATTEMPTS_EXHAUSTED,
+                f"job was started {max_attempts} times and never finished (worker lost or killed each time)",
+            ).body()
         )
         outcome, attempts = self._claim(
             keys=[job_key(job_id), hb_key(job_id), ACTIVE, WEBHOOKS_DUE],
@@ -406,7 +405,7 @@ class JobStore:
 
     def cancel(self, job_id: str) -> str | None:
         """Cancel a queued or running job. Returns the status it had, or None if already terminal."""
-        err = {"code": "CANCELLED", "message": "cancelled by request", "retryable": False}
+        err = YanaError.of(ErrorCode.CANCELLED, "cancelled by request").body()
         return self._set_status(job_id, CANCELLED, [QUEUED, RUNNING], error=_dump(err), finished_at=now_iso())
 
     def release_stale(self, job_id: str) -> int | None:

@@ -7,7 +7,7 @@ a re-embed builds ``v<N+1>`` for its model and swaps the alias with a compare-an
 
 Writes always pass embeddings: Chroma given bare text would fetch its own ONNX model (offline:
 failure). Collections are opened with ``embedding_function=None`` for the same reason.
-Each upsert/delete is mirrored into the lexical index (pipelines.lexical) of the same collection.
+Each upsert/delete is mirrored into the lexical index (pipelines.search.lexical) of the same collection.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from pipelines import labels, lexical
-from pipelines.embedding import canonical_model_name, get_embedder, resolve_default_model
+from pipelines.embedding.backends import canonical_model_name, get_embedder, resolve_default_model
+from pipelines.labels import schema as labels
+from pipelines.search import lexical
 from yana.errors import ErrorCode, YanaError, conflict, not_found
 
 log = logging.getLogger("yana.vector_index")

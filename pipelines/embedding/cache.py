@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from pipelines.embedding import get_embedder
+from pipelines.embedding.backends import get_embedder
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.embedding")

@@ -10,7 +10,7 @@ A text becomes terms of several kinds (each kind is a namespace, so they never c
          unidic-lite) in romaji, so "dassai" finds 獺祭 and "Otaru" finds 小樽.
   t:     character trigrams of romaji per run ("kitanohomare"), so a romaji typo ("dasai",
          "kitanohomre") or a different word split ("kita no homare") still shares most terms.
-  g:     the glossary's concepts the text names (pipelines.glossary): g:辛口 for 辛口, からくち and
+  g:     the glossary's concepts the text names (pipelines.search.glossary): g:辛口 for 辛口, からくち and
          "dry" alike, so an English question meets a Japanese label (and the other way round).
 
 Romaji is normalised so Hepburn, Kunrei and English spellings meet: long vowels collapse
@@ -30,12 +30,12 @@ from functools import lru_cache
 
 import jaconv
 
-from pipelines import glossary
+from pipelines.search import glossary
 
 ALL_KINDS = ("bi", "uni", "romaji", "tri", "gloss")
 DEFAULT_SCHEME: tuple[str, ...] = ("bi", "romaji", "tri", "gloss")
 NO_GLOSSARY: tuple[str, ...] = tuple(k for k in DEFAULT_SCHEME if k != "gloss")
-# A change of scheme or of the glossary file re-tokenizes stored text (pipelines.search_index).
+# A change of scheme or of the glossary file re-tokenizes stored text (pipelines.search.index).
 TOKENIZER_VERSION = "ja1:" + "+".join(DEFAULT_SCHEME) + ":" + glossary.file_version()
 
 _CJK = r"\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff々〆ヶ"

@@ -1,6 +1,6 @@
 """Near-duplicate groups for review: each indexed label with the images merged into it.
 
-Reads what ingestion records: the duplicates hash (`pipelines.ingest.DUPS_KEY`, sha1 -> dedup_of,
+Reads what ingestion records: the duplicates hash (`pipelines.ingest.pipeline.DUPS_KEY`, sha1 -> dedup_of,
 distance, pHash, stored file, time, and the uploaded name when recorded) and the kept label's
 metadata from the active collection's lexical store (brand, product, category, ingested_at).
 Groups are ordered by size (largest first), then label id, so an integer offset pages them stably.
@@ -16,9 +16,12 @@ from pathlib import Path, PurePosixPath
 
 import orjson
 
-from pipelines import imaging, labels, lexical, vector_index
-from pipelines.ingest import DUPS_KEY
-from pipelines.label_images import image_key
+from pipelines.ingest import image_io
+from pipelines.ingest.pipeline import DUPS_KEY
+from pipelines.labels import schema as labels
+from pipelines.search import collections as vector_index
+from pipelines.search import lexical
+from pipelines.search.label_images import image_key
 from yana.blobs import BlobMissing, BlobStore
 from yana.errors import YanaError
 
@@ -54,9 +57,7 @@ def thumbnail(blobs: BlobStore, rel: str | None, size: int = THUMB_PX) -> str | 
 def _kept_label(r, collection: str | None, label_id: str) -> dict:
     meta: dict = {}
     if collection:
-        raw = r.hget(lexical.prefix(collection) + "doc:" + labels.chunk_id(label_id, 0), "meta")
-        if raw:
-            meta = orjson.loads(raw)
+        meta = lexical.chunk_meta(r, collection, labels.chunk_id(label_id, 0)) or {}
     kept = {"id": label_id, **{k: meta.get(k) for k in KEPT_FIELDS}, "ingested_at": meta.get("ingested_at")}
     kept["file_name"] = PurePosixPath(kept["file_path"]).name if kept["file_path"] else None
     return kept
@@ -79,7 +80,7 @@ def _merged_key(blobs: BlobStore, sha1: str, path: str | None) -> str | None:
     """A merged image's blob key: its file_path with the local store, else found by its sha1."""
     if path:
         return path
-    for ext in imaging.MEDIA_TYPES:
+    for ext in image_io.MEDIA_TYPES:
         key = f"images/{sha1[:2]}/{sha1}.{ext}"
         if blobs.exists(key):
             return key

@@ -1,0 +1,1 @@
+"""The label: its schema (fields, metadata, label text) and its stored image."""

@@ -1,0 +1,47 @@
+"""The label record, once: the fields an uploader sends (and OCR will read) and a label as search
+and chat answer it. The HTTP schemas, the ingest validation, the CLI's metadata columns and the
+chunk metadata (pipelines.labels.schema) all take their field names from here."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Category = Literal["sake", "juice"]
+# The label's own words: searched, filtered and shown. Strings, "" when unknown.
+TEXT_FIELDS = ("brand_name", "product_name", "brewery", "region")
+
+
+class LabelFields(BaseModel):
+    """What a label says, as an uploader may send it: every field optional."""
+
+    # Published as an enum (tool schemas); any other value is refused with BAD_CATEGORY by ingest.
+    category: str | None = Field(
+        None, description="sake | juice (required for images)", json_schema_extra={"enum": ["sake", "juice"]}
+    )
+    brand_name: str | None = Field(None, max_length=200, description="銘柄")
+    product_name: str | None = Field(None, max_length=200, description="商品名")
+    brewery: str | None = Field(None, max_length=200, description="蔵元 / maker")
+    region: str | None = Field(None, max_length=200, description="prefecture and/or city")
+    label_features: list[str] | str | None = Field(None, description="list, or a 、/,-separated string")
+    text: str | None = Field(None, max_length=20000, description="free text about the label")
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(LabelFields.model_fields)
+
+
+class LabelHit(BaseModel):
+    """A label (or text document) as search and chat return it."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    category: str = ""
+    brand_name: str = ""
+    product_name: str = ""
+    brewery: str = ""
+    region: str = ""
+    label_features: list[str] = Field(default_factory=list)
+    file_path: str = Field(
+        "", description="stored image relative to DATA_DIR; empty for text and with an S3 blob store"
+    )

@@ -1,0 +1,1 @@
+"""Plain-text helpers shared by features: chunking and blank-text checks."""
