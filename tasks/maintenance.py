@@ -21,6 +21,7 @@ from datetime import datetime
 from celery import bootsteps, signals
 
 from pipelines.ingest.accept import sweep_staging
+from pipelines.runtime.jobs import LOST_SCAN_LOCK
 from tasks import registry
 from tasks.webhooks import deliver, dispatcher
 from workers.queues import broker_message_keys, worker_key
@@ -77,7 +78,6 @@ def reconcile_once() -> dict:
 
 
 JOB_ID_IN_MESSAGE = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
-LOST_SCAN_LOCK = "yana:jobs:lost-scan"
 
 
 def broker_mentions(r, job_ids: set[str], max_messages: int, stale_before: float) -> set[str] | None:

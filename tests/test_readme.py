@@ -28,18 +28,6 @@ NOT_RUN = {
     ".venv/bin/lint-imports": "a gate: .ci/run runs it",
     ".venv/bin/mypy": "a gate: .ci/run runs it",
     ".venv/bin/bandit -q -r api pipelines tasks workers yana cli clients tools -ll": "a gate: .ci/run runs it",
-    "export REDIS_URL=redis://redis-host:6379/0 CHROMA_URL=http://chroma-host:8000": (
-        "deployment example naming other hosts; tests/test_cli_pieces.py starts `yana api` and "
-        "`yana worker` against a given Redis"
-    ),
-    "export BLOB_URL=s3://yana-blobs/prod AWS_ENDPOINT_URL=http://minio-host:9000 AWS_DEFAULT_REGION=us-east-1": (
-        "deployment example naming other hosts; tests/api/test_scaleout_blobs.py runs the API and workers "
-        "with BLOB_URL and the AWS_* variables against an S3 server on loopback"
-    ),
-    "yana api --host 0.0.0.0 --port 8000 --workers 2": "deployment example: see tests/test_cli_pieces.py",
-    "yana worker -c 2": "deployment example: see tests/test_cli_pieces.py",
-    "yana worker -Q ingest -c 1": "deployment example: see tests/test_cli_pieces.py",
-    "yana flower": "deployment example: Flower is started and queried by tests/test_cli_up.py",
 }
 IN_CI = (
     INSTALL,

@@ -78,7 +78,7 @@ def reclaim_lost(store: JobStore, job_id: str, token: str, hb_ttl_s: float, max_
     queued, and its message is the one we hold), or the reconciler released it while our
     heartbeat lapsed. Claim it again with our token (True); False when it is no longer queued
     (cancelled, finished, or another worker has taken it)."""
-    if store.r.hget(jobstore.job_key(job_id), "status") != jobstore.QUEUED:
+    if store.status(job_id) != jobstore.QUEUED:
         return False
     if store.claim(job_id, token, hb_ttl_s=hb_ttl_s, max_attempts=max_attempts).outcome != "ok":
         return False
@@ -150,7 +150,7 @@ class JobTask(Task):
         if claim.outcome != "ok":
             log.info("job not run: %s", claim.outcome, extra=extra)
             return None
-        store.r.hset(jobstore.job_key(job_id), "task_id", self.request.id or "")
+        store.note_task_id(job_id, self.request.id or "")
         job = store.get(job_id) or job
 
         def reclaim() -> bool:

@@ -39,6 +39,7 @@ from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines.ingest import accept as ingest_accept
 from pipelines.labels.model import LabelFields
+from tasks import registry
 from yana import context
 from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError
@@ -190,7 +191,7 @@ def _accept(req: ingest_accept.IngestInput, s: Settings):
     idem = context.idempotency_record()
     # A retry whose first try created the job (and was then answered 503: no replica confirmed
     # it) gets that job, as the Idempotency-Key promises, even once the job has indexed the image.
-    retry_of_a_job = bool(idem) and bool(r.hexists(idem, "ingest"))
+    retry_of_a_job = bool(idem) and bool(registry.job_store().bound_job(idem, "ingest"))
     outcome = ingest_accept.accept_ingest(req, enqueue=enqueue, r=r, s=s, answer_duplicates=not retry_of_a_job)
     if isinstance(outcome, ingest_accept.Duplicate):
         body = IngestDedup(**dataclasses.asdict(outcome), **context.body_ids())

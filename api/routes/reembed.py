@@ -10,8 +10,8 @@ from pydantic import BaseModel, Field
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines.embedding import backends as embedding
-from pipelines.ingest.pipeline import BUILDING_KEY
 from pipelines.search import collections as vector_index
+from pipelines.search.collections import BUILDING_KEY
 from yana.clients import get_chroma, get_redis
 from yana.errors import ErrorCode, YanaError, conflict
 

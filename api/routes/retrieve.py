@@ -15,7 +15,6 @@ answer whose `timeout_ms` is below RETRIEVE_LLM_TIMEOUT_S.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from typing import Any, Literal
 
@@ -27,6 +26,7 @@ from api.contract.policy import contract
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines import retrieve as P
+from pipelines.retrieve.vectors import claim_embed_job
 from yana import context
 from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError
@@ -109,14 +109,9 @@ def _wants_async(request: Request) -> bool:
 
 def _enqueue_embedding(texts: list[str]) -> str | None:
     """One follow-up job per distinct set of chunks left unembedded (others in flight skip it)."""
-    digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
-    guard = f"yana:retrieve:embedjob:{digest}"
-    r = get_redis()
-    if not r.set(guard, "1", nx=True, ex=EMBED_JOB_GUARD_S):
-        return r.get(f"{guard}:id")
-    job = accept_job("retrieve.embed", {"texts": texts})
-    r.set(f"{guard}:id", job["job_id"], ex=EMBED_JOB_GUARD_S)
-    return job["job_id"]
+    return claim_embed_job(
+        get_redis(), texts, EMBED_JOB_GUARD_S, lambda: accept_job("retrieve.embed", {"texts": texts})["job_id"]
+    )
 
 
 def _sync(req: RetrieveRequest, docs: list[dict], opts: P.Options, deadline: float) -> dict:

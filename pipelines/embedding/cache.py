@@ -13,7 +13,6 @@ fails an embedding: the texts are embedded without the cache.
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import math
 import time
@@ -23,16 +22,13 @@ from typing import Literal
 import numpy as np
 
 from pipelines.embedding.backends import get_embedder
+from pipelines.embedding.keys import CACHE_STATS_KEY, cache_key
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.embedding")
 
-STATS_KEY = "yana:embcache:stats"  # hash: hits, misses
+STATS_KEY = CACHE_STATS_KEY
 Kind = Literal["query", "passage"]
-
-
-def cache_key(model: str, kind: str, text: str) -> str:
-    return f"yana:emb:{model}:{kind}:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
 
 
 def encode_vector(v: np.ndarray) -> str:

@@ -1,6 +1,6 @@
 """Near-duplicate groups for review: each indexed label with the images merged into it.
 
-Reads what ingestion records: the duplicates hash (`pipelines.ingest.pipeline.DUPS_KEY`, sha1 -> dedup_of,
+Reads what ingestion records: the duplicates hash (`pipelines.neardup.index.iter_merges`, sha1 -> dedup_of,
 distance, pHash, stored file, time, and the uploaded name when recorded) and the kept label's
 metadata from the active collection's lexical store (brand, product, category, ingested_at).
 Groups are ordered by size (largest first), then label id, so an integer offset pages them stably.
@@ -14,11 +14,9 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-import orjson
-
 from pipelines.ingest import image_io
-from pipelines.ingest.pipeline import DUPS_KEY
 from pipelines.labels import schema as labels
+from pipelines.neardup import index as phash_index
 from pipelines.search import collections as vector_index
 from pipelines.search import lexical
 from pipelines.search.label_images import image_key
@@ -92,8 +90,7 @@ def dedup_groups(
 ) -> dict:
     """One page of groups: {groups: [{kept, duplicates}], total_groups, total_duplicates, next_cursor}."""
     members: dict[str, list[tuple[str, dict]]] = {}
-    for sha1, raw in r.hscan_iter(DUPS_KEY, count=1000):
-        d = orjson.loads(raw)
+    for sha1, d in phash_index.iter_merges(r):
         members.setdefault(d["dedup_of"], []).append((sha1, d))
     order = sorted(members, key=lambda lid: (-len(members[lid]), lid))
     page = order[cursor : cursor + limit]

@@ -42,9 +42,7 @@ from yana.settings import Settings, get_settings
 log = logging.getLogger("yana.ingest")
 
 OUTCOMES_KEY = "yana:ingest:{job_id}:items"  # hash item index -> outcome JSON
-DUPS_KEY = "yana:phash:dups"  # hash sha1 -> {dedup_of, distance, phash, file_path, at} (dedup report)
 LABEL_IMAGES_KEY = labels.LABEL_IMAGES_KEY
-BUILDING_KEY = "yana:collection:building"  # collection a re-embed is filling (ingest writes there too)
 LABEL_FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
 
 
@@ -102,7 +100,7 @@ def empty_outcome(index: int, name: str | None = None) -> dict:
 
 def write_targets(r) -> list[str]:
     """Collections a new chunk must go into: the active one, and the one a re-embed is building."""
-    out = [n for n in (vector_index.active_name(r), r.get(BUILDING_KEY)) if n]
+    out = [n for n in (vector_index.active_name(r), r.get(vector_index.BUILDING_KEY)) if n]
     return list(dict.fromkeys(out))
 
 
@@ -124,7 +122,7 @@ def write_chunks(r, chroma, chunks: list[dict]) -> None:
             try:
                 col = vector_index.open_collection(chroma, name)
             except YanaError:
-                if name == r.get(BUILDING_KEY):  # a re-embed that just finished or was dropped
+                if name == r.get(vector_index.BUILDING_KEY):  # a re-embed that just finished or was dropped
                     done.add(name)
                     continue
                 raise
@@ -203,9 +201,10 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
 
 
 def _record_dups(r, outcomes: list[dict]) -> None:
-    dups = {
-        o["hash_sha1"]: orjson.dumps(
-            {
+    phash_index.record_merges(
+        r,
+        {
+            o["hash_sha1"]: {
                 "dedup_of": o["dedup_of"],
                 "distance": o["distance"],
                 "verifier_score": o["verifier_score"],
@@ -213,12 +212,10 @@ def _record_dups(r, outcomes: list[dict]) -> None:
                 "file_path": o["file_path"],
                 "at": time.time(),
             }
-        ).decode()
-        for o in outcomes
-        if o["dedup"] and o["hash_sha1"]
-    }
-    if dups:
-        r.hset(DUPS_KEY, mapping=dups)
+            for o in outcomes
+            if o["dedup"] and o["hash_sha1"]
+        },
+    )
 
 
 def _prepare_batch(

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import numba as nb
 import numpy as np
+import orjson
 
 from pipelines.neardup.hashing import hamming, hamming_array
 
@@ -45,6 +46,8 @@ SHA1_KEY = "yana:phash:sha1"
 SIG_KEY = "yana:phash:sig"  # key (16 hex) -> the verifier's signature entry (pipelines.neardup.decision)
 # set of keys whose uploader sent the same category/brand/product (candidates at any distance)
 FIELDS_KEY = "yana:phash:fields:{digest}"
+# hash upload sha1 -> JSON {dedup_of, distance, verifier_score, phash, file_path, at}: every merge decided
+DUPS_KEY = "yana:phash:dups"
 REC = 33
 BLOCKS = 4
 BLOCK_BITS = 16
@@ -592,3 +595,15 @@ def shared_index(r, threshold: int, radius: int | None = None) -> PHashIndex:
         if idx is None:
             idx = _shared[key] = PHashIndex(r, threshold, radius=radius)
         return idx
+
+
+def record_merges(r, merges: dict[str, dict]) -> None:
+    """Keep what each merged upload was merged into, and why (the duplicates report reads it)."""
+    if merges:
+        r.hset(DUPS_KEY, mapping={sha1: orjson.dumps(m).decode() for sha1, m in merges.items()})
+
+
+def iter_merges(r):
+    """(upload sha1, merge record) of every merge recorded."""
+    for sha1, raw in r.hscan_iter(DUPS_KEY, count=1000):
+        yield sha1, orjson.loads(raw)

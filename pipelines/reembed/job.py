@@ -18,17 +18,17 @@ import logging
 from typing import Any
 
 from pipelines.embedding.backends import DEFAULT_MODEL_KEY, canonical_model_name, get_embedder
-from pipelines.ingest.pipeline import BUILDING_KEY, JobHandle, _NoJob
+from pipelines.ingest.pipeline import JobHandle, _NoJob
 from pipelines.memo import service as memo
 from pipelines.runtime.jobs import TERMINAL, JobStore
 from pipelines.search import collections as vi
+from pipelines.search.collections import BUILDING_JOB_KEY, BUILDING_KEY
 from yana.clients import get_chroma, get_redis
 from yana.errors import conflict
 from yana.settings import Settings, get_settings
 
 log = logging.getLogger("yana.reembed")
 
-BUILDING_JOB_KEY = BUILDING_KEY + ":job"
 
 # Claim the "building" slot for our target (or find it already ours after a restart). ARGV[3] = 1
 # lets us take it over from a holder whose job has ended without releasing it (killed for good).

@@ -8,6 +8,7 @@ is warm everywhere. Retrieve keeps its own TTL (RETRIEVE_CACHE_TTL_S) and counte
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -20,6 +21,18 @@ from yana.settings import get_settings
 log = logging.getLogger("yana.retrieve.vectors")
 
 STATS_KEY = "yana:retrieve:emb:stats"  # hash: hits / misses / embedded (for the bench's hit ratio)
+EMBED_JOB_KEY = "yana:retrieve:embedjob:{digest}"  # the follow-up job embedding one set of chunks
+
+
+def claim_embed_job(r, texts: list[str], ttl_s: int, start) -> str | None:
+    """One follow-up embedding job per distinct set of chunks: the first caller starts it
+    (`start()` returns its job id); callers while it is in flight get that id (None until known)."""
+    guard = EMBED_JOB_KEY.format(digest=hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest())
+    if not r.set(guard, "1", nx=True, ex=ttl_s):
+        return r.get(f"{guard}:id")
+    job_id = start()
+    r.set(f"{guard}:id", job_id, ex=ttl_s)
+    return job_id
 
 
 def text_key(model: str, text: str) -> str:

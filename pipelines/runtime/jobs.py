@@ -35,6 +35,8 @@ PREFIX = "yana:"
 RECENT = PREFIX + "jobs:recent"
 ACTIVE = PREFIX + "jobs:active"
 WEBHOOKS_DUE = PREFIX + "webhooks:due"  # zset job id -> when its next delivery attempt is due (ms)
+LAST_ACCEPTED = PREFIX + "jobs:last_accepted"
+LOST_SCAN_LOCK = PREFIX + "jobs:lost-scan"  # one reconciler of the fleet scans the broker for lost messages
 CURSOR_TIES = 1000  # list cursor = created-at ms * CURSOR_TIES + jobs of that ms already passed
 _JSON_FIELDS = ("progress", "result", "error", "params", "webhook", "meta")
 
@@ -262,6 +264,16 @@ class JobStore:
                     continue
         raise internal("job creation for an Idempotency-Key kept being contended")
 
+    def status(self, job_id: str) -> str | None:
+        return self.r.hget(job_key(job_id), "status")
+
+    def note_task_id(self, job_id: str, task_id: str) -> None:
+        self.r.hset(job_key(job_id), "task_id", task_id)
+
+    def bound_job(self, once_key: str, kind: str) -> str | None:
+        """The job of `kind` an Idempotency-Key's record (`once` of create) is bound to, if any."""
+        return self.r.hget(once_key, kind)
+
     def get(self, job_id: str) -> dict | None:
         raw = self.r.hgetall(job_key(job_id))
         return self._decode(raw) if raw else None
@@ -332,7 +344,7 @@ class JobStore:
         and its message sent on another connection before it). WAIT counts this connection's last
         write, so a small write goes first on the same connection (one pipeline)."""
         with self.r.pipeline(transaction=False) as p:
-            p.set("yana:jobs:last_accepted", job_id, px=60_000)
+            p.set(LAST_ACCEPTED, job_id, px=60_000)
             p.execute_command("WAIT", replicas, timeout_ms)
             acked = int(p.execute()[-1])
         if acked < replicas:

@@ -22,11 +22,12 @@ import numpy as np
 from pipelines.embedding.backends import canonical_model_name, get_embedder, resolve_default_model
 from pipelines.labels import schema as labels
 from pipelines.search import lexical
+from pipelines.search.keys import ACTIVE_ALIAS_KEY, BUILDING_JOB_KEY, BUILDING_KEY  # noqa: F401 - re-exported
 from yana.errors import ErrorCode, YanaError, conflict, not_found
 
 log = logging.getLogger("yana.vector_index")
 
-ACTIVE_ALIAS_KEY = "yana:collection:active"
+
 COLLECTION_PREFIX = "labels"
 _NAME_RE = re.compile(r"^labels__(?P<slug>.+)__(?P<dim>\d+)__v(?P<version>\d+)$")
 

@@ -37,6 +37,7 @@ import numpy as np
 import orjson
 import redis
 
+from pipelines.search.keys import lexical_prefix
 from pipelines.search.tokenizer import TOKENIZER_VERSION, normalize, tokenize
 
 log = logging.getLogger("yana.lexical")
@@ -48,7 +49,7 @@ _FIELD_LABELS = re.compile(r"^(カテゴリ|銘柄|商品名|蔵元|メーカー
 
 
 def prefix(collection: str) -> str:
-    return f"yana:lex:{collection}:"
+    return lexical_prefix(collection)
 
 
 def filter_value(value) -> str:

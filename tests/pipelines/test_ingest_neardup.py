@@ -13,6 +13,7 @@ import pytest
 from pipelines.ingest import pipeline as ingest
 from pipelines.neardup import decision as neardup
 from pipelines.neardup import hashing, verifier
+from pipelines.neardup import index as phash_index
 from pipelines.neardup.index import PHashIndex
 from pipelines.search import collections as vector_index
 from tests.pipelines.ingest_support import FakeJob, make_env
@@ -98,7 +99,7 @@ def test_crops_rotations_and_phone_photos_are_caught(env, with_fields):
         assert out["verifier_score"] is not None
         limit = neardup.FIELDS_AGREE_MAX_SCORE if with_fields else 1.0
         assert 0 <= out["verifier_score"] <= limit
-    assert env.r.hlen(ingest.DUPS_KEY) == len(rows), "every merge is listed for the report"
+    assert env.r.hlen(phash_index.DUPS_KEY) == len(rows), "every merge is listed for the report"
 
 
 def test_a_near_duplicate_never_crosses_category(env):

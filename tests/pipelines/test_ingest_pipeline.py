@@ -87,7 +87,7 @@ def test_ingest_mixed_batch(env):
     assert doc_chunks and all(m["id"] == "memo-1" and m["author"] == "x" for m in doc_chunks)
     assert lexical.count(env.r, col.name) == col.count(), "mirrored into the lexical index"
     assert not (env.data_dir / "incoming" / job.job_id).exists(), "staging copies removed"
-    assert env.r.hexists(ingest.DUPS_KEY, by[3]["hash_sha1"]), "near duplicate recorded for the report"
+    assert env.r.hexists(phash_index.DUPS_KEY, by[3]["hash_sha1"]), "near duplicate recorded for the report"
 
 
 def test_resume_after_a_kill_indexes_each_image_once(env):
@@ -211,7 +211,7 @@ def test_reembed_builds_resumes_and_swaps(env, tmp_path):
     with pytest.raises(SystemExit):
         reembed.run_reembed(job, model=tiny, r=env.r, chroma=env.chroma, s=env.s)
     assert vector_index.active_name(env.r) == old.name, "search still reads the old collection"
-    assert env.r.get(ingest.BUILDING_KEY) == job.meta["target"]
+    assert env.r.get(vector_index.BUILDING_KEY) == job.meta["target"]
     # an image ingested while the build runs lands in both collections
     extra = [_item(0, _stage(env, "job-mid", 0, _label_bytes(10)), METAS[10])]
     ingest.run_ingest(FakeJob("job-mid"), items=extra, r=env.r, chroma=env.chroma, s=env.s)
@@ -223,7 +223,7 @@ def test_reembed_builds_resumes_and_swaps(env, tmp_path):
     assert vector_index.collection_model(new) == (tiny, 32)
     assert new.count() == old.count() == n + 1
     assert sorted(new.get(include=[])["ids"]) == sorted(old.get(include=[])["ids"])
-    assert env.r.get(ingest.BUILDING_KEY) is None
+    assert env.r.get(vector_index.BUILDING_KEY) is None
     q = get_embedder(tiny).embed_queries(["酒"])
     assert len(new.query(query_embeddings=q, n_results=3)["ids"][0]) == 3
     assert {c["name"] for c in vector_index.list_collections(env.chroma, env.r)} == {old.name, new.name}
