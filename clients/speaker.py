@@ -10,7 +10,9 @@ Modes (SPEAKER_A_MODE):
   * ``mcp``: the `chat` tool over MCP, either a stdio subprocess (SPEAKER_A_MCP_COMMAND, default
     ``yana mcp --api <SPEAKER_A_HTTP_BASE>``) or streamable HTTP (SPEAKER_A_MCP_URL, e.g.
     http://127.0.0.1:8000/mcp). Standard library plus httpx.
-  * ``local``: the chat pipeline in this process (the server package must be installed here).
+  * ``local``: the chat pipeline in this process. That provider is part of the server package
+    (pipelines.chat.speaker_local), which registers it under the entry-point group
+    ``yana.speakers``: this module imports no server code and finds it only when it is installed.
 
 `meta`: {hits, elapsed_ms, trace_id, run_id, warnings, llm, source} (+ error, fallback, skip,
 retried_after). Behaviour, the same for every mode: the request is checked against the contract's
@@ -24,7 +26,6 @@ or an empty reply with meta["skip"]=True (SPEAKER_A_ON_FAILURE=skip) so the call
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import os
@@ -35,8 +36,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from importlib.metadata import entry_points
 from typing import Any, Protocol
 
+# Providers other packages add (the server package adds `local`): name -> provider class.
+SPEAKER_ENTRY_POINTS = "yana.speakers"
 FALLBACK_TEXT = "ごめんな、いまちょっと答えられへんねん。また後で聞いてな。"
 _NETWORK_MARGIN_MS = 500
 USER_TEXT_MAX = 4000
@@ -500,61 +504,16 @@ class SpeakerAMcpProvider(_ResilientSpeaker):
         self.rpc.close()
 
 
-class SpeakerALocalProvider(_ResilientSpeaker):
-    """The chat pipeline in this process, for a talk app that runs beside yana's code. The server
-    package is loaded by name on first use: callers that never choose this mode never import it."""
-
-    source = "local"
-    PIPELINE = "pipelines.chat"
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._chat = None
-
-    @classmethod
-    def from_env(cls, env: dict | None = None) -> SpeakerALocalProvider:
-        return cls(**cls._options_from_env(os.environ if env is None else env))
-
-    def _call(self, body: dict, *, run_id: str, timeout_s: float) -> tuple[dict, dict]:
-        import asyncio
-
-        if self._chat is None:
-            self._chat = importlib.import_module(self.PIPELINE)
-        chat = self._chat
-        started = time.monotonic()
-        try:
-            out = asyncio.run(
-                chat.run_chat(
-                    chat.ChatInput(
-                        user_text=body["user_text"],
-                        use_rag=body["use_rag"],
-                        top_k=body["top_k"],
-                        filters=body.get("filters") or {},
-                        context=body.get("context") or {},
-                        timeout_ms=body["timeout_ms"],
-                    ),
-                    chat.default_deps(),
-                    started=started,
-                    turn_log=chat.default_turn_log(),
-                )
-            )
-        except Exception as exc:  # noqa: BLE001 - any pipeline failure is one retryable speaker error
-            raise SpeakerError("INTERNAL", f"{type(exc).__name__}: {exc}"[:300], True, 500) from None
-        return {
-            "reply": out.reply,
-            "hits": out.hits,
-            "llm": out.llm,
-            "warnings": out.warnings,
-            "elapsed_ms": int((time.monotonic() - started) * 1000),
-            "run_id": run_id,
-        }, {}
-
-
 def make_speaker(env: dict | None = None) -> _ResilientSpeaker:
     """The provider SPEAKER_A_MODE names (http, mcp or local), configured from SPEAKER_A_*."""
     e = os.environ if env is None else env
     mode = (e.get("SPEAKER_A_MODE") or "http").strip().lower()
-    providers = {"http": SpeakerAHttpProvider, "mcp": SpeakerAMcpProvider, "local": SpeakerALocalProvider}
+    providers: dict[str, Any] = {"http": SpeakerAHttpProvider, "mcp": SpeakerAMcpProvider}
     if mode not in providers:
-        raise ValueError(f"SPEAKER_A_MODE must be one of {sorted(providers)}, not {mode!r}")
+        installed = {ep.name: ep for ep in entry_points(group=SPEAKER_ENTRY_POINTS)}
+        if mode in installed:
+            providers[mode] = installed[mode].load()
+        else:
+            known = sorted({*providers, *installed})
+            raise ValueError(f"SPEAKER_A_MODE must be one of {known}, not {mode!r}")
     return providers[mode].from_env(e)

@@ -20,10 +20,10 @@ from cli import processes
 from clients.speaker import (
     FALLBACK_TEXT,
     SpeakerAHttpProvider,
-    SpeakerALocalProvider,
     SpeakerAMcpProvider,
     make_speaker,
 )
+from pipelines.chat.speaker_local import SpeakerALocalProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_REPLY = "せやなー、" + "このお酒はほんまにおいしいねん。" * 60
