@@ -12,11 +12,8 @@ Each error is a YanaError whose code names the problem; the ingest job records i
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 from PIL import Image, ImageOps
 
@@ -110,20 +107,3 @@ def store_image(blobs: BlobStore, sha1: str, fmt: str, data: bytes) -> str:
 
 def media_type(key: str) -> str:
     return MEDIA_TYPES.get(key.rsplit(".", 1)[-1].lower(), "application/octet-stream")
-
-
-def write_atomic(dest: Path, data: bytes) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
