@@ -22,7 +22,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, Vali
 from api.contract.policy import FORM_TYPES, JSON_TYPES, contract
 from api.schemas import ERRORS, Envelope
 from pipelines.chat import ChatInput, default_deps, default_turn_log, run_chat
-from pipelines.labels.model import LabelHit
+from pipelines.labels.model import LabelCard
 from pipelines.text.check import is_blank
 from yana import context as correlation
 from yana.errors import bad_request
@@ -84,10 +84,10 @@ class ChatRequest(BaseModel):
         return v
 
 
-class ChatHit(LabelHit):
-    """A label the reply is grounded on."""
+class ChatHit(LabelCard):
+    """A label the reply is grounded on: the talk app's schema, the card's fields only."""
 
-    model_config = ConfigDict(extra="ignore")  # the talk app's schema: the label's fields only
+    model_config = ConfigDict(extra="ignore")
 
 
 class ChatResponse(Envelope):

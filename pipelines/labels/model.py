@@ -31,12 +31,10 @@ class LabelFields(BaseModel):
 FIELD_NAMES: tuple[str, ...] = tuple(LabelFields.model_fields)
 
 
-class LabelHit(BaseModel):
-    """A label (or text document) as search and chat return it."""
+class LabelCard(BaseModel):
+    """A label as the talk app shows it (the chat hit's fields, exactly)."""
 
-    model_config = ConfigDict(extra="allow")
     id: str
-    category: str = ""
     brand_name: str = ""
     product_name: str = ""
     brewery: str = ""
@@ -45,3 +43,11 @@ class LabelHit(BaseModel):
     file_path: str = Field(
         "", description="stored image relative to DATA_DIR; empty for text and with an S3 blob store"
     )
+
+
+class LabelHit(LabelCard):
+    """A label (or text document) as search returns it: the card, its category and whatever else the
+    index holds for it."""
+
+    model_config = ConfigDict(extra="allow")
+    category: str = ""
