@@ -74,6 +74,12 @@ def _init(engine: str, opts: dict) -> None:
     _reader_opts["reader"].read(Image.new("RGB", (64, 64), "white"))
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children (tesseract runs as a child)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _work(item: tuple[int, bytes]) -> dict:
     from PIL import Image
 
@@ -82,6 +88,7 @@ def _work(item: tuple[int, bytes]) -> dict:
 
     i, data = item
     t0 = time.perf_counter()
+    c0 = _cpu()
     img = Image.open(io.BytesIO(data))
     try:
         reading = _reader_opts["reader"].read(img, time.monotonic() + 60)
@@ -94,6 +101,7 @@ def _work(item: tuple[int, bytes]) -> dict:
         "lines": [ln.text for ln in reading.lines],
         "fields": ex.values(),
         "s": time.perf_counter() - t0,
+        "cpu": _cpu() - c0,
     }
 
 
@@ -142,7 +150,49 @@ def score(samples, results: list[dict]) -> dict:
         "fields": {f: (sum(v) / len(v), len(v)) for f, v in field_hits.items()},
         "groups": {g: (sum(v) / len(v), len(v)) for g, v in sorted(groups.items())},
         "errors": sum(1 for r in results if r.get("error")),
+        "cpu_s": sum(r.get("cpu", 0.0) for r in results) / max(1, len(results)),
     }
+
+
+def print_table(scores: dict, speed: dict, workers: list[int]) -> None:
+    cols = list(scores)
+    print()
+    print(f"{'metric':<28}" + "".join(f"{c:>14}" for c in cols))
+    print(f"{'char accuracy (order)':<28}" + "".join(f"{scores[c]['char_acc_order']:>14.3f}" for c in cols))
+    print(f"{'char accuracy (lines)':<28}" + "".join(f"{scores[c]['char_acc_lines']:>14.3f}" for c in cols))
+    rows = [(f + (f" (bar {BARS[f]})" if f in BARS else ""), "fields", f) for f in FIELDS]
+    rows += [(g, "groups", g) for g in (scores[cols[0]]["groups"] if cols else [])]
+    for title, kind, key in rows:
+        row = f"{title:<28}"
+        for c in cols:
+            acc, n = scores[c][kind].get(key, (0.0, 0))
+            row += f"{acc:>9.3f} /{n:<3}"
+        print(row)
+    for w in sorted(workers):
+        row = f"{f'labels/s, {w} worker(s)':<28}"
+        for c in cols:
+            v = speed[c].get(w)
+            row += f"{v[0]:>14.2f}" if v else f"{'-':>14}"
+        print(row)
+    print(f"{'CPU s per label':<28}" + "".join(f"{scores[c]['cpu_s']:>14.2f}" for c in cols))
+    print(f"{'read errors/timeouts':<28}" + "".join(f"{scores[c]['errors']:>14}" for c in cols))
+    print(f"load average after: {os.getloadavg()} on {os.cpu_count()} cores")
+
+
+def show_misses(samples, results: dict, limit: int) -> None:
+    for c, res in results.items():
+        n = 0
+        for s, r in zip(samples, res, strict=True):
+            truth = s.spec.fields()
+            miss = {
+                f: (truth[f], r["fields"].get(f))
+                for f in FIELDS
+                if f in truth and _norm(r["fields"].get(f, "")) != _norm(truth[f])
+            }
+            if miss and n < limit:
+                n += 1
+                print(f"[{c}] {s.key} {s.spec.side}/{s.spec.design.layout} scale={s.photo.get('scale')}: {miss}")
+                print("    read:", " | ".join(r["lines"])[:300])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,50 +238,22 @@ def main(argv: list[str] | None = None) -> int:
             speed[eng][w] = (len(sub) / wall, load0, len(sub))
             if len(sub) == len(images) and eng not in results:
                 results[eng] = out
-            print(f"  {eng} x{w}: {len(sub)} images in {wall:.1f}s = {len(sub) / wall:.2f} labels/s (load {load0:.2f})", flush=True)
+            print(
+                f"  {eng} x{w}: {len(sub)} images in {wall:.1f}s = {len(sub) / wall:.2f} labels/s (load {load0:.2f})",
+                flush=True,
+            )
     scores = {e: score(samples, results[e]) for e in results}
-    cols = list(scores)
-    print()
-    print(f"{'metric':<28}" + "".join(f"{c:>14}" for c in cols))
-    print(f"{'char accuracy (order)':<28}" + "".join(f"{scores[c]['char_acc_order']:>14.3f}" for c in cols))
-    print(f"{'char accuracy (lines)':<28}" + "".join(f"{scores[c]['char_acc_lines']:>14.3f}" for c in cols))
-    for f in FIELDS:
-        bar = f" (bar {BARS[f]})" if f in BARS else ""
-        row = f"{f + bar:<28}"
-        for c in cols:
-            acc, n = scores[c]["fields"].get(f, (0.0, 0))
-            row += f"{acc:>9.3f} /{n:<3}"
-        print(row)
-    for g in scores[cols[0]]["groups"] if cols else []:
-        row = f"{g:<28}"
-        for c in cols:
-            acc, n = scores[c]["groups"].get(g, (0.0, 0))
-            row += f"{acc:>9.3f} /{n:<3}"
-        print(row)
-    for w in sorted(workers):
-        row = f"{f'labels/s, {w} worker(s)':<28}"
-        for c in cols:
-            v = speed[c].get(w)
-            row += f"{v[0]:>14.2f}" if v else f"{'-':>14}"
-        print(row)
-    print(f"{'read errors/timeouts':<28}" + "".join(f"{scores[c]['errors']:>14}" for c in cols))
-    print(f"load average after: {os.getloadavg()} on {os.cpu_count()} cores")
+    print_table(scores, speed, workers)
     if args.show:
-        for c in cols:
-            n = 0
-            for s, r in zip(samples, results[c], strict=True):
-                truth = s.spec.fields()
-                miss = {f: (truth[f], r["fields"].get(f)) for f in FIELDS if f in truth and _norm(r["fields"].get(f, "")) != _norm(truth[f])}
-                if miss and n < args.show:
-                    n += 1
-                    print(f"[{c}] {s.key} {s.spec.side}/{s.spec.design.layout} scale={s.photo.get('scale')}: {miss}")
-                    print("    read:", " | ".join(r["lines"])[:300])
+        show_misses(samples, results, args.show)
     ctx = {"samples": samples, "images": images, "results": results, "args": args}
     for section in SECTIONS:
         for line in section(ctx):
             print(line)
     if args.json:
-        Path(args.json).write_text(json.dumps({"scores": scores, "speed": speed, "results": results}, ensure_ascii=False))
+        Path(args.json).write_text(
+            json.dumps({"scores": scores, "speed": speed, "results": results}, ensure_ascii=False)
+        )
     return 0
 
 

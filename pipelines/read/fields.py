@@ -62,10 +62,42 @@ CONFUSIONS: tuple[str, ...] = (
 )
 _FOLD = {ch: group[0] for group in CONFUSIONS for ch in group[1:]}
 
-_LABEL_WORDS = ("品目", "特定名称", "原材料", "使用米", "精米歩合", "アルコール", "内容量", "製造者", "製造元", "名称",
-                "販売者", "保存", "製造年月", "お酒は", "日本酒", "清酒", "株式会社")
-_BREWERY_SUFFIX = ("酒造店", "酒造場", "酒造", "醸造店", "醸造場", "醸造", "本店", "酒蔵", "銘醸", "商店", "酒類製造",
-                   "果樹園", "農園", "ファーム", "果汁工房")
+_LABEL_WORDS = (
+    "品目",
+    "特定名称",
+    "原材料",
+    "使用米",
+    "精米歩合",
+    "アルコール",
+    "内容量",
+    "製造者",
+    "製造元",
+    "名称",
+    "販売者",
+    "保存",
+    "製造年月",
+    "お酒は",
+    "日本酒",
+    "清酒",
+    "株式会社",
+)
+_BREWERY_SUFFIX = (
+    "酒造店",
+    "酒造場",
+    "酒造",
+    "醸造店",
+    "醸造場",
+    "醸造",
+    "本店",
+    "酒蔵",
+    "銘醸",
+    "商店",
+    "酒類製造",
+    "果樹園",
+    "農園",
+    "ファーム",
+    "果汁工房",
+)
 _COMPANY = re.compile(r"(株式会社|有限会社|合資会社|合名会社|\(株\)|\(有\)|㈱|㈲)")
 
 
@@ -171,7 +203,9 @@ _NUM = r"(\d{1,3}(?:\.\d)?)"
 _SEIMAI = re.compile(r"(?:精米歩合|精米步合|精米|歩合)[^0-9]{0,3}" + r"(\d{1,2}(?:\.\d)?)\s*[%]")
 _ALCOHOL = re.compile(r"(?:アルコ.?ル分?|アルコ.?ル度数|度数)[^0-9]{0,3}" + _NUM + r"\s*(度|%)")
 _VOLUME = re.compile(r"(?:内容量|容量)?[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)", re.IGNORECASE)
-_VOLUME_LABELED = re.compile(r"(?:内容量|容量)[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)?", re.IGNORECASE)
+_VOLUME_LABELED = re.compile(
+    r"(?:内容量|容量)[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)?", re.IGNORECASE
+)
 
 
 def _clean_digits(text: str) -> str:
@@ -209,22 +243,57 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
 
 
 def _grade(lines: list[Line], out: dict[str, Field]) -> None:
-    best: tuple[float, str, str] | None = None
+    """特定名称: a line that is a grade (a front label's grade line, or 特定名称 ... on a back
+    label) is matched whole, allowing about one OCR slip in three characters; otherwise a grade
+    written inside a longer line is taken when found exactly (the longest one)."""
+    best: tuple[float, str, str, float] | None = None
     keys = [(fuzzy_key(g), g) for g in GRADES]
     for ln in lines:
         k = fuzzy_key(ln.text)
-        labelled = "特定名称" in normalize(ln.text)
+        labelled = False
+        pos = k.find("特定名称")
+        if pos >= 0:
+            k, labelled = k[pos + 4 :].lstrip(":："), True
+        cands: list[tuple[float, str, float]] = []
+        if 0 < len(k) <= 7:
+            for gk, g in keys:
+                d = _edit(gk, k, 2)
+                allowed = max(1, len(gk) // 3) if (labelled or len(gk) >= 3) else 0
+                if d <= allowed:
+                    cands.append((100 - 30 * d + (50 if labelled else 0), g, 0.95 if d == 0 else 0.7))
         for gk, g in keys:
-            hit = _find_fuzzy(gk, k, 1 if len(gk) >= 4 or (labelled and len(gk) >= 3) else 0)
-            if hit is None:
-                continue
-            pos, edits = hit
-            # fewer edits first; then a longer grade inside wins (純米大吟醸 over 大吟醸)
-            score = -edits * 100 + len(gk) + (50 if labelled else 0)
-            conf = (0.95 if edits == 0 else 0.7) * ln.confidence
+            if gk in k:
+                cands.append((60 + len(gk) + (50 if labelled else 0), g, 0.85))
+                break
+        for score, g, conf in cands:
             if best is None or score > best[0]:
-                best = (score, g, ln.text)
-                out["grade"] = Field(g, "ocr", conf, ln.text)
+                best = (score, g, ln.text, conf * ln.confidence)
+    if best is not None:
+        out["grade"] = Field(best[1], "ocr", best[3], best[2])
+
+
+def _after_prefecture(k: str, p: Place) -> tuple[int, bool] | None:
+    """Where the address goes on after prefecture `p` in fuzzy line `k`, and whether the full
+    name was read (a stem alone must be followed by a city part: 秋田酒こまち is no address)."""
+    full = fuzzy_key(p.name)
+    pos = k.find(full)
+    if pos >= 0:
+        return pos + len(full), True
+    stem = full[:-1] if full[-1] in "県府都" and p.name != "北海道" else full
+    pos = k.find(stem)
+    if pos < 0 or not re.match(r".{0,2}.{1,6}?[市町村区郡]", k[pos + len(stem) :]):
+        return None
+    end = pos + len(stem)
+    return end + (1 if k[end : end + 1] in ("県", "府", "都") else 0), False
+
+
+def _city(rest: str, pref: str, cities: list[Place]) -> str:
+    rest_k = fuzzy_key(rest)
+    for c in cities:
+        if c.prefecture == pref and rest_k.startswith(fuzzy_key(c.name)):
+            return c.name
+    m = re.match(r"(?:.{1,4}?郡)?(.{1,5}?[市町村])", rest)
+    return m.group(1) if m else ""
 
 
 def _places(lines: list[Line], out: dict[str, Field]) -> None:
@@ -235,31 +304,22 @@ def _places(lines: list[Line], out: dict[str, Field]) -> None:
     for ln in lines:
         k = fuzzy_key(ln.text)
         for p in prefs:
-            full = fuzzy_key(p.name)
-            stem = full[:-1] if full[-1] in "県府都" and p.name != "北海道" else full
-            pos = k.find(full)
-            exact = pos >= 0
-            if not exact:
-                pos = k.find(stem)
-                # a stem alone must be followed by a city/ward part, not be a word (秋田酒こまち)
-                if pos < 0 or not re.match(r".{0,2}.{1,6}?[市町村区郡]", k[pos + len(stem) :]):
-                    continue
-                end = pos + len(stem) + (1 if k[pos + len(stem) : pos + len(stem) + 1] in ("県", "府", "都") else 0)
-            else:
-                end = pos + len(full)
+            hit = _after_prefecture(k, p)
+            if hit is None:
+                continue
+            end, exact = hit
             rest = normalize(ln.text)[end:]
-            city = ""
-            rest_k = fuzzy_key(rest)
-            for c in cities:
-                if c.prefecture == p.name and rest_k.startswith(fuzzy_key(c.name)):
-                    city = c.name
-                    break
-            if not city:
-                m = re.match(r"(?:.{1,4}?郡)?(.{1,5}?[市町村])", rest)
-                if m:
-                    city = m.group(1)
+            city = _city(rest, p.name, cities)
             score = (2.0 if exact else 1.0) + (1.0 if city else 0.0) + (0.5 if re.search(r"\d", rest) else 0.0)
             candidates.append((score, p.name, city, ln))
+    if not candidates:
+        # no prefecture read: a known city (岩国市) names it
+        for ln in lines:
+            k = fuzzy_key(ln.text)
+            for c in cities:
+                if len(c.name) >= 3 and fuzzy_key(c.name) in k:
+                    candidates.append((0.5, c.prefecture, c.name, ln))
+                    break
     if not candidates:
         return
     score, pref, city, ln = max(candidates, key=lambda c: c[0])
@@ -270,37 +330,38 @@ def _places(lines: list[Line], out: dict[str, Field]) -> None:
     out["region"] = Field(pref + city, "ocr", conf * (0.9 if city else 1.0), ln.text)
 
 
-def _brewery(lines: list[Line], out: dict[str, Field]) -> None:
-    gz = gazetteer()
-    known = {fuzzy_key(b.name): b.name for b in gz.of("brewery")}
-    best: tuple[float, str, str] | None = None
-    for ln in lines:
-        t = normalize(ln.text)
-        tk = fuzzy_key(ln.text)
-        score = 0.0
-        name = ""
-        m = re.search(r"(?:製造者|.?造者|製造元|醸造元|蔵元)[:：]?(.+)", t)
-        if m:
-            name = m.group(1)
-            score = 3.0
-        else:
-            for suf in _BREWERY_SUFFIX:
-                fsuf = fuzzy_key(suf)
-                pos = tk.rfind(fsuf)
-                if pos > 0:
-                    name = t[: pos + len(suf)]
-                    score = 2.0
-                    break
-        if not name:
-            continue
-        name = _COMPANY.sub("", name).strip(" 　:：・")
-        # an address run on after the name (製造者 X酒造 新潟県...) is cut at the prefecture
-        for p in gz.of("prefecture"):
-            pos = name.find(p.name)
+def _brewery_name(text: str) -> tuple[str, float]:
+    """The maker named on a line (製造者 X / a name ending in 酒造, 醸造 ...) and how sure."""
+    t = normalize(text)
+    m = re.search(r"(?:製造者|製.者|.?造者|製造元|醸造元|蔵元)[:：]?(.+)", t)
+    if m:
+        name, score = m.group(1), 3.0
+    else:
+        tk = fuzzy_key(text)
+        name, score = "", 0.0
+        for suf in _BREWERY_SUFFIX:
+            pos = tk.rfind(fuzzy_key(suf))
             if pos > 0:
-                name = name[:pos]
-        name = normalize(name)
-        if not (1 < len(name) <= 14):
+                name, score = t[: pos + len(suf)], 2.0
+                break
+    if not name or any(fuzzy_key(g) in fuzzy_key(name) for g in GRADES):
+        return "", 0.0
+    name = _COMPANY.sub("", name).strip(" 　:：・")
+    # an address run on after the name (製造者 X酒造 新潟県...) is cut at the prefecture
+    for p in gazetteer().of("prefecture"):
+        pos = name.find(p.name)
+        if pos > 0:
+            name = name[:pos]
+    name = normalize(name)
+    return (name, score) if 1 < len(name) <= 14 else ("", 0.0)
+
+
+def _brewery(lines: list[Line], out: dict[str, Field]) -> None:
+    known = {fuzzy_key(b.name): b.name for b in gazetteer().of("brewery")}
+    best = 0.0
+    for ln in lines:
+        name, score = _brewery_name(ln.text)
+        if not name:
             continue
         nk = fuzzy_key(name)
         if nk in known:
@@ -308,29 +369,23 @@ def _brewery(lines: list[Line], out: dict[str, Field]) -> None:
         else:
             # restore a confused suffix to its written form (洒造 -> 酒造)
             for suf in _BREWERY_SUFFIX:
-                fs = fuzzy_key(suf)
-                if nk.endswith(fs):
+                if nk.endswith(fuzzy_key(suf)):
                     name = name[: len(name) - len(suf)] + suf
                     break
-            for kk, v in known.items():
-                if len(kk) >= 3 and _edit(kk, nk, 1) <= 1:
-                    name, score = v, score + 0.5
-                    break
-        if best is None or score > best[0]:
-            best = (score, name, ln.text)
+        if score > best:
+            best = score
             out["brewery"] = Field(name, "ocr", min(1.0, 0.3 + 0.2 * score) * ln.confidence, ln.text)
 
 
 def _is_label_text(text: str) -> bool:
     t = normalize(text)
     k = fuzzy_key(text)
-    if any(w in t for w in _LABEL_WORDS) or re.search(r"\d", t):
-        return True
-    if any(fuzzy_key(g) == k for g in GRADES):
-        return True
-    if any(k.endswith(fuzzy_key(s)) for s in _BREWERY_SUFFIX):
-        return True
-    return False
+    return bool(
+        any(w in t for w in _LABEL_WORDS)
+        or re.search(r"\d", t)
+        or any(fuzzy_key(g) == k for g in GRADES)
+        or any(k.endswith(fuzzy_key(s)) for s in _BREWERY_SUFFIX)
+    )
 
 
 def _brand(lines: list[Line], out: dict[str, Field]) -> None:
@@ -342,15 +397,11 @@ def _brand(lines: list[Line], out: dict[str, Field]) -> None:
         sizes = sorted((s for _, s in sized), reverse=True)
         ln, size = max(sized, key=lambda x: x[1])
         second = sizes[1] if len(sizes) > 1 else 0.0
-        value = normalize(ln.text)
+        value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(ln.text)) or normalize(ln.text)
         k = fuzzy_key(value)
         conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
-        if k in brands:
+        if k in brands:  # a known brand read with a confusable character (洒/酒 ...)
             value, conf = brands[k].name, max(conf, 0.9 * ln.confidence)
-        else:
-            near = [b for bk, b in brands.items() if len(bk) >= 2 and _edit(bk, k, 1) <= 1 and len(k) >= 2]
-            if len(near) == 1 and len(k) >= 3:
-                value, conf = near[0].name, conf * 0.9
         out["brand_name"] = Field(value, "ocr", conf, ln.text)
         return
     # no boxes: only a gazetteer brand named in the text

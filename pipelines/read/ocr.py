@@ -141,24 +141,83 @@ def reading_order(lines: list[Line]) -> tuple[Line, ...]:
                     continue
             rows.append([ln])
         ordered = [ln for row in rows for ln in sorted(row, key=lambda x: min(p[0] for p in x.box))]
-    return tuple(
-        Line(ln.text, ln.box, ln.confidence, ln.vertical, i) for i, ln in enumerate(ordered)
-    )
+    return tuple(Line(ln.text, ln.box, ln.confidence, ln.vertical, i) for i, ln in enumerate(ordered))
 
 
 # Chinese forms PP-OCR's dictionary (zh + ja) sometimes returns for Japanese characters; none of
 # them is written on a Japanese label, so the read text is folded to the Japanese form.
 _JA_FORMS = str.maketrans(
     {
-        "黑": "黒", "烧": "焼", "步": "歩", "釀": "醸", "酿": "醸", "產": "産", "产": "産", "內": "内",
-        "实": "実", "气": "気", "广": "広", "东": "東", "乐": "楽", "荣": "栄", "劳": "労", "县": "県",
-        "丰": "豊", "龙": "龍", "鹤": "鶴", "泽": "沢", "泷": "滝", "滨": "浜", "贺": "賀", "鸟": "鳥",
-        "岛": "島", "门": "門", "长": "長", "马": "馬", "汤": "湯", "华": "華", "库": "庫", "乡": "郷",
-        "兴": "興", "纪": "紀", "仓": "倉", "爱": "愛", "诹": "諏", "访": "訪", "冈": "岡", "齐": "斉",
-        "盐": "塩", "饭": "飯", "业": "業", "记": "記", "间": "間", "阳": "陽", "觉": "覚", "铁": "鉄",
-        "银": "銀", "锦": "錦", "发": "発", "时": "時", "饮": "飲", "泪": "涙", "严": "厳", "蓝": "藍",
-        "栎": "櫟", "关": "関", "开": "開", "车": "車", "书": "書", "万": "万", "桥": "橋", "满": "満",
-        "宫": "宮", "绿": "緑", "红": "紅", "结": "結", "·": "・", "丶": "、",
+        "黑": "黒",
+        "烧": "焼",
+        "步": "歩",
+        "釀": "醸",
+        "酿": "醸",
+        "產": "産",
+        "产": "産",
+        "內": "内",
+        "实": "実",
+        "气": "気",
+        "广": "広",
+        "东": "東",
+        "乐": "楽",
+        "荣": "栄",
+        "劳": "労",
+        "县": "県",
+        "丰": "豊",
+        "龙": "龍",
+        "鹤": "鶴",
+        "泽": "沢",
+        "泷": "滝",
+        "滨": "浜",
+        "贺": "賀",
+        "鸟": "鳥",
+        "岛": "島",
+        "门": "門",
+        "长": "長",
+        "马": "馬",
+        "汤": "湯",
+        "华": "華",
+        "库": "庫",
+        "乡": "郷",
+        "兴": "興",
+        "纪": "紀",
+        "仓": "倉",
+        "爱": "愛",
+        "诹": "諏",
+        "访": "訪",
+        "冈": "岡",
+        "齐": "斉",
+        "盐": "塩",
+        "饭": "飯",
+        "业": "業",
+        "记": "記",
+        "间": "間",
+        "阳": "陽",
+        "觉": "覚",
+        "铁": "鉄",
+        "银": "銀",
+        "锦": "錦",
+        "发": "発",
+        "时": "時",
+        "饮": "飲",
+        "泪": "涙",
+        "严": "厳",
+        "蓝": "藍",
+        "栎": "櫟",
+        "关": "関",
+        "开": "開",
+        "车": "車",
+        "书": "書",
+        "万": "万",
+        "桥": "橋",
+        "满": "満",
+        "宫": "宮",
+        "绿": "緑",
+        "红": "紅",
+        "结": "結",
+        "·": "・",
+        "丶": "、",
     }
 )
 
@@ -209,14 +268,15 @@ def _join(a: Line, b: Line) -> Line | None:
     b_h = not b.vertical or len(b.text) == 1
     a_v = a.vertical or len(a.text) == 1
     b_v = b.vertical or len(b.text) == 1
+    # brush lettering varies in size (a small の between big kanji), so sizes may differ by half
     size = max(ha, hb)
-    if a_h and b_h and min(ha, hb) > 0.7 * size and -0.2 * size <= bx0 - ax1 < 0.9 * size:
-        if min(ay1, by1) - max(ay0, by0) > 0.7 * min(ha, hb):
-            return _combined(a, b, False)
+    row = min(ay1, by1) - max(ay0, by0) > 0.6 * min(ha, hb)
+    if a_h and b_h and row and min(ha, hb) > 0.45 * size and -0.5 * size <= bx0 - ax1 < size and bx1 > ax1:
+        return _combined(a, b, False)
     size = max(wa, wb)
-    if a_v and b_v and min(wa, wb) > 0.7 * size and -0.2 * size <= by0 - ay1 < 0.9 * size:
-        if min(ax1, bx1) - max(ax0, bx0) > 0.7 * min(wa, wb):
-            return _combined(a, b, True)
+    column = min(ax1, bx1) - max(ax0, bx0) > 0.6 * min(wa, wb)
+    if a_v and b_v and column and min(wa, wb) > 0.45 * size and -0.5 * size <= by0 - ay1 < size and by1 > ay1:
+        return _combined(a, b, True)
     return None
 
 
@@ -272,7 +332,7 @@ class PPOCRReader:
     def __init__(
         self,
         *,
-        det_limit_side: int = 960,
+        det_limit_side: int = 640,
         rec_batch: int = 8,
         threads: int = 1,
         drop_score: float = 0.5,
@@ -302,9 +362,7 @@ class PPOCRReader:
             score_mode="fast",
             box_type="quad",
         )
-        self.decode = CTCLabelDecode(
-            character_dict_path=str(root / "ppocrv5_dict.txt"), use_space_char=True
-        )
+        self.decode = CTCLabelDecode(character_dict_path=str(root / "ppocrv5_dict.txt"), use_space_char=True)
         self.det_limit_side = det_limit_side
         self.rec_batch = rec_batch
         self.drop_score = drop_score
@@ -319,11 +377,10 @@ class PPOCRReader:
         nh = max(32, int(round(h * scale / 32)) * 32)
         nw = max(32, int(round(w * scale / 32)) * 32)
         resized = cv2.resize(bgr, (nw, nh))
-        x = resized.astype(np.float32) / 255.0
-        x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array(
-            [0.229, 0.224, 0.225], np.float32
-        )
-        x = x.transpose(2, 0, 1)[None].copy()
+        mean = np.array([0.485, 0.456, 0.406], np.float32)
+        std = np.array([0.229, 0.224, 0.225], np.float32)
+        norm = (resized.astype(np.float32) / 255.0 - mean) / std
+        x = np.ascontiguousarray(norm.transpose(2, 0, 1)[None], dtype=np.float32)
         maps = self.det.run(None, {self.det_in: x})[0]
         shape = np.array([[h, w, nh / h, nw / w]])
         boxes = self.post({"maps": maps}, shape)[0]["points"]
@@ -381,11 +438,9 @@ class PPOCRReader:
             for box in boxes:
                 cw = int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3])))
                 ch = int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2])))
-                dst = np.float32([[0, 0], [cw, 0], [cw, ch], [0, ch]])
+                dst = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], dtype=np.float32)
                 m = cv2.getPerspectiveTransform(box.astype(np.float32), dst)
-                crop = cv2.warpPerspective(
-                    bgr, m, (cw, ch), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC
-                )
+                crop = cv2.warpPerspective(bgr, m, (cw, ch), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
                 vertical = ch >= 1.5 * cw
                 if vertical:
                     crop = np.ascontiguousarray(np.rot90(crop))
@@ -493,9 +548,7 @@ class TesseractReader:
             return sum(ln.confidence * len(ln.text) for ln in lines)
 
         best = vert if score(vert) > score(horiz) else horiz
-        return Reading(
-            reading_order(best), self.name, time.perf_counter() - t0, rgb.width, rgb.height
-        )
+        return Reading(reading_order(best), self.name, time.perf_counter() - t0, rgb.width, rgb.height)
 
 
 # --- selection -------------------------------------------------------------------------------
@@ -515,9 +568,7 @@ def get_reader(engine: str | None = None) -> Reader:
     raise OcrError(f"unknown OCR engine {engine!r} (one of {', '.join(ENGINES)})")
 
 
-def read_image(
-    img: Image.Image, *, engine: str | None = None, timeout_s: float | None = None
-) -> Reading:
+def read_image(img: Image.Image, *, engine: str | None = None, timeout_s: float | None = None) -> Reading:
     """Read `img` with the configured engine within `timeout_s` (default: settings.ocr_timeout_s).
 
     Raises OcrTimeout past the deadline and OcrError on any other failure.

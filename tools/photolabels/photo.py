@@ -57,7 +57,9 @@ def photograph(
     src = [(0, 0), (w, 0), (w, h), (0, h)]
     coeffs = _perspective_coeffs(src, dst)
     warped = img.convert("RGB").transform((cw, ch), Image.Transform.PERSPECTIVE, coeffs, Image.Resampling.BICUBIC)
-    mask = Image.new("L", img.size, 255).transform((cw, ch), Image.Transform.PERSPECTIVE, coeffs, Image.Resampling.BILINEAR)
+    mask = Image.new("L", img.size, 255).transform(
+        (cw, ch), Image.Transform.PERSPECTIVE, coeffs, Image.Resampling.BILINEAR
+    )
     canvas = Image.new("RGB", (cw, ch), bg)
     noise = np.asarray(canvas, np.int16) + np.random.default_rng(rng.getrandbits(32)).integers(-12, 13, (ch, cw, 1))
     canvas = Image.fromarray(np.clip(noise, 0, 255).astype(np.uint8))
@@ -81,16 +83,16 @@ def photograph(
     if crop and rng.random() < crop:
         frac = rng.uniform(0.02, 0.08)
         where = rng.choice(["left", "right", "top", "bottom", "tl", "tr", "bl", "br"])
-        l, t, r, b = 0, 0, cw, ch
+        x0, t, r, b = 0, 0, cw, ch
         if where in ("left", "tl", "bl"):
-            l = int(cw * frac)
+            x0 = int(cw * frac)
         if where in ("right", "tr", "br"):
             r = cw - int(cw * frac)
         if where in ("top", "tl", "tr"):
             t = int(ch * frac)
         if where in ("bottom", "bl", "br"):
             b = ch - int(ch * frac)
-        canvas = canvas.crop((l, t, r, b))
+        canvas = canvas.crop((x0, t, r, b))
         cut = {"side": where, "fraction": round(frac, 3)}
     q = rng.randint(*quality)
     buf = io.BytesIO()
@@ -99,9 +101,13 @@ def photograph(
     out = Image.open(buf)
     out.load()
     params = {
-        "scale": round(s, 3), "rotation_deg": round(math.degrees(ang), 2), "perspective": round(jit, 3),
-        "glare": round(glare, 3), "blur": round(blur, 2), "jpeg_quality": q, "crop": cut,
+        "scale": round(s, 3),
+        "rotation_deg": round(math.degrees(ang), 2),
+        "perspective": round(jit, 3),
+        "glare": round(glare, 3),
+        "blur": round(blur, 2),
+        "jpeg_quality": q,
+        "crop": cut,
         "size": list(out.size),
     }
     return out, params
-

@@ -51,31 +51,108 @@ _MIDS = ["の", "乃", ""]
 # Real brands (public knowledge) used alongside the composed ones, split in halves.
 _REAL = {
     "tune": ["獺祭", "八海山", "久保田", "十四代", "田酒", "黒龍", "月桂冠", "白鶴", "新政", "浦霞"],
-    "heldout": ["賀茂鶴", "司牡丹", "手取川", "而今", "鍋島", "出羽桜", "菊正宗", "大七", "磯自慢", "真澄",
-                "天狗舞", "菊姫", "南部美人", "一ノ蔵", "上喜元", "末廣", "澤乃井", "立山", "梵", "七本鎗"],
+    "heldout": [
+        "賀茂鶴",
+        "司牡丹",
+        "手取川",
+        "而今",
+        "鍋島",
+        "出羽桜",
+        "菊正宗",
+        "大七",
+        "磯自慢",
+        "真澄",
+        "天狗舞",
+        "菊姫",
+        "南部美人",
+        "一ノ蔵",
+        "上喜元",
+        "末廣",
+        "澤乃井",
+        "立山",
+        "梵",
+        "七本鎗",
+    ],
 }
-_FAMILY = ["佐藤", "高橋", "田中", "渡辺", "伊藤", "中村", "小林", "加藤", "吉田", "山田", "井上", "木村",
-           "清水", "池田", "橋本", "石川", "前田", "藤田", "岡田", "長谷川", "村上", "近藤", "坂本", "遠藤"]
+_FAMILY = [
+    "佐藤",
+    "高橋",
+    "田中",
+    "渡辺",
+    "伊藤",
+    "中村",
+    "小林",
+    "加藤",
+    "吉田",
+    "山田",
+    "井上",
+    "木村",
+    "清水",
+    "池田",
+    "橋本",
+    "石川",
+    "前田",
+    "藤田",
+    "岡田",
+    "長谷川",
+    "村上",
+    "近藤",
+    "坂本",
+    "遠藤",
+]
 _BREWERY_SUFFIX = ["酒造", "酒造店", "醸造", "本店", "酒造場"]
 # (prefecture, city, town part of the address)
 PLACES = [
-    ("北海道", "小樽市", "色内"), ("北海道", "旭川市", "永山"), ("青森県", "弘前市", "大字石渡"),
-    ("岩手県", "盛岡市", "材木町"), ("宮城県", "大崎市", "松山"), ("秋田県", "湯沢市", "田町"),
-    ("山形県", "天童市", "一日町"), ("山形県", "鶴岡市", "大山"), ("福島県", "会津若松市", "大町"),
-    ("福島県", "喜多方市", "字寺町"), ("茨城県", "笠間市", "石井"), ("栃木県", "小山市", "卒島"),
-    ("群馬県", "川場村", "門前"), ("埼玉県", "羽生市", "西"), ("千葉県", "香取市", "佐原"),
-    ("東京都", "青梅市", "沢井"), ("神奈川県", "海老名市", "本郷"), ("新潟県", "南魚沼市", "長森"),
-    ("新潟県", "長岡市", "朝日"), ("新潟県", "村上市", "上片町"), ("富山県", "砺波市", "中野"),
-    ("石川県", "白山市", "坊丸町"), ("福井県", "鯖江市", "舟津町"), ("山梨県", "北杜市", "台ヶ原"),
-    ("長野県", "諏訪市", "元町"), ("長野県", "佐久市", "根々井"), ("岐阜県", "高山市", "上三之町"),
-    ("静岡県", "焼津市", "鰯ケ島"), ("愛知県", "半田市", "東本町"), ("三重県", "名張市", "本町"),
-    ("滋賀県", "長浜市", "木之本町"), ("京都府", "京都市", "伏見区"), ("兵庫県", "神戸市", "東灘区"),
-    ("兵庫県", "姫路市", "網干区"), ("奈良県", "御所市", "中本町"), ("和歌山県", "海南市", "溝ノ口"),
-    ("島根県", "松江市", "石橋町"), ("岡山県", "倉敷市", "玉島"), ("広島県", "東広島市", "西条本町"),
-    ("山口県", "岩国市", "周東町"), ("徳島県", "三好市", "池田町"), ("香川県", "琴平町", "榎井"),
-    ("愛媛県", "西条市", "朔日市"), ("高知県", "高知市", "菜園場町"), ("福岡県", "久留米市", "城島町"),
-    ("佐賀県", "鹿島市", "浜町"), ("熊本県", "熊本市", "島崎"), ("大分県", "宇佐市", "安心院町"),
-    ("宮崎県", "延岡市", "北方町"), ("鹿児島県", "霧島市", "国分"),
+    ("北海道", "小樽市", "色内"),
+    ("北海道", "旭川市", "永山"),
+    ("青森県", "弘前市", "大字石渡"),
+    ("岩手県", "盛岡市", "材木町"),
+    ("宮城県", "大崎市", "松山"),
+    ("秋田県", "湯沢市", "田町"),
+    ("山形県", "天童市", "一日町"),
+    ("山形県", "鶴岡市", "大山"),
+    ("福島県", "会津若松市", "大町"),
+    ("福島県", "喜多方市", "字寺町"),
+    ("茨城県", "笠間市", "石井"),
+    ("栃木県", "小山市", "卒島"),
+    ("群馬県", "川場村", "門前"),
+    ("埼玉県", "羽生市", "西"),
+    ("千葉県", "香取市", "佐原"),
+    ("東京都", "青梅市", "沢井"),
+    ("神奈川県", "海老名市", "本郷"),
+    ("新潟県", "南魚沼市", "長森"),
+    ("新潟県", "長岡市", "朝日"),
+    ("新潟県", "村上市", "上片町"),
+    ("富山県", "砺波市", "中野"),
+    ("石川県", "白山市", "坊丸町"),
+    ("福井県", "鯖江市", "舟津町"),
+    ("山梨県", "北杜市", "台ヶ原"),
+    ("長野県", "諏訪市", "元町"),
+    ("長野県", "佐久市", "根々井"),
+    ("岐阜県", "高山市", "上三之町"),
+    ("静岡県", "焼津市", "鰯ケ島"),
+    ("愛知県", "半田市", "東本町"),
+    ("三重県", "名張市", "本町"),
+    ("滋賀県", "長浜市", "木之本町"),
+    ("京都府", "京都市", "伏見区"),
+    ("兵庫県", "神戸市", "東灘区"),
+    ("兵庫県", "姫路市", "網干区"),
+    ("奈良県", "御所市", "中本町"),
+    ("和歌山県", "海南市", "溝ノ口"),
+    ("島根県", "松江市", "石橋町"),
+    ("岡山県", "倉敷市", "玉島"),
+    ("広島県", "東広島市", "西条本町"),
+    ("山口県", "岩国市", "周東町"),
+    ("徳島県", "三好市", "池田町"),
+    ("香川県", "琴平町", "榎井"),
+    ("愛媛県", "西条市", "朔日市"),
+    ("高知県", "高知市", "菜園場町"),
+    ("福岡県", "久留米市", "城島町"),
+    ("佐賀県", "鹿島市", "浜町"),
+    ("熊本県", "熊本市", "島崎"),
+    ("大分県", "宇佐市", "安心院町"),
+    ("宮崎県", "延岡市", "北方町"),
+    ("鹿児島県", "霧島市", "国分"),
 ]
 _FRUITS = ["りんご", "みかん", "ぶどう", "もも", "ゆず", "梨", "トマト", "いちご"]
 _JUICE_MAKERS = ["果樹園", "農園", "ファーム", "果汁工房"]
@@ -171,10 +248,8 @@ def _has_glyph(rel: str, ch: str) -> bool:
     """Whether face `rel` draws `ch` (not the .notdef box)."""
     f = _font(rel, 48)
     try:
-        return f.getmask(ch).getbbox() is not None and (
-            bytes(f.getmask(ch)) != bytes(f.getmask("\U000f0000"))
-        )
-    except Exception:
+        return f.getmask(ch).getbbox() is not None and (bytes(f.getmask(ch)) != bytes(f.getmask("\U000f0000")))
+    except (OSError, ValueError):
         return False
 
 
@@ -275,24 +350,51 @@ def make_spec(
         fruit = rng.choice(_FRUITS)
         brand = rng.choice(_HEADS[split]) + "の" + rng.choice(["恵み", "雫", "しぼり", "日和"])
         spec = LabelSpec(
-            key=key, kind="juice", side=side, brand=brand, product_name=f"{fruit}ジュース",
-            brewery=rng.choice(_FAMILY) + rng.choice(_JUICE_MAKERS), prefecture=pref, city=city,
-            address=address, grade="", rice="", seimai=None, alcohol="",
-            volume=rng.choice(JUICE_VOLUMES), styles=(rng.choice(["果汁100%", "無添加", "ストレート"]),),
+            key=key,
+            kind="juice",
+            side=side,
+            brand=brand,
+            product_name=f"{fruit}ジュース",
+            brewery=rng.choice(_FAMILY) + rng.choice(_JUICE_MAKERS),
+            prefecture=pref,
+            city=city,
+            address=address,
+            grade="",
+            rice="",
+            seimai=None,
+            alcohol="",
+            volume=rng.choice(JUICE_VOLUMES),
+            styles=(rng.choice(["果汁100%", "無添加", "ストレート"]),),
             design=design or random_design(rng, split),
         )
     else:
         brand = _brand(rng, split)
         grade = rng.choice(GRADES)
-        seimai = {"純米大吟醸": [35, 40, 45, 50], "大吟醸": [35, 40, 45, 50], "純米吟醸": [50, 55, 60],
-                  "吟醸": [55, 60], "特別純米": [55, 60], "特別本醸造": [55, 60], "純米": [60, 65, 70],
-                  "本醸造": [65, 70]}[grade]
+        seimai = {
+            "純米大吟醸": [35, 40, 45, 50],
+            "大吟醸": [35, 40, 45, 50],
+            "純米吟醸": [50, 55, 60],
+            "吟醸": [55, 60],
+            "特別純米": [55, 60],
+            "特別本醸造": [55, 60],
+            "純米": [60, 65, 70],
+            "本醸造": [65, 70],
+        }[grade]
         spec = LabelSpec(
-            key=key, kind="sake", side=side, brand=brand,
+            key=key,
+            kind="sake",
+            side=side,
+            brand=brand,
             product_name=rng.choice(["", "", "辛口", "限定", "蔵出し", "秘蔵", "山廃仕込"]),
-            brewery=_brewery(rng, brand), prefecture=pref, city=city, address=address,
-            grade=grade, rice=rng.choice(RICE), seimai=rng.choice(seimai),
-            alcohol=f"{rng.choice([14, 15, 15, 16, 16, 17, 18])}度", volume=rng.choice(VOLUMES),
+            brewery=_brewery(rng, brand),
+            prefecture=pref,
+            city=city,
+            address=address,
+            grade=grade,
+            rice=rng.choice(RICE),
+            seimai=rng.choice(seimai),
+            alcohol=f"{rng.choice([14, 15, 15, 16, 16, 17, 18])}度",
+            volume=rng.choice(VOLUMES),
             styles=tuple(rng.sample(STYLES, rng.randint(0, 2))),
             design=design or random_design(rng, split),
         )
@@ -300,7 +402,12 @@ def make_spec(
 
 
 def design_family(
-    rng: random.Random, n: int, *, split: str = "heldout", vary: str = "brand", side: str = "front",
+    rng: random.Random,
+    n: int,
+    *,
+    split: str = "heldout",
+    vary: str = "brand",
+    side: str = "front",
     prefix: str = "fam",
 ) -> list[LabelSpec]:
     """`n` labels of one product line: one design, where only `vary` differs
@@ -351,7 +458,7 @@ def _frame(img: Image.Image, design: Design, accent: tuple[int, int, int]) -> No
     if design.ornament == 1:
         d.ellipse((w * 0.06, h * 0.045, w * 0.15, h * 0.045 + w * 0.09), fill=accent)  # a seal
     elif design.ornament == 2:
-        d.rectangle((48, h * 0.86, w - 49, h * 0.86 + 14), fill=accent)
+        d.rectangle((48, h - 64, w - 49, h - 50), fill=accent)  # a band under the text
 
 
 def _numbers(spec: LabelSpec, kanji: bool = False) -> list[str]:
@@ -396,10 +503,8 @@ def _front(img: Image.Image, spec: LabelSpec, ink, accent) -> Rendered:
             draw_text(img, (x, 140), spec.product_name, des.text_font, 48, ink, True)
             lines.append(spec.product_name)
             x -= 70
-        if spec.kind == "sake":
-            nums = [f"精米歩合{spec.seimai}%", f"アルコール分{spec.alcohol}"]
-        else:
-            nums = list(spec.styles)
+        sake_nums = [f"精米歩合{spec.seimai}%", f"アルコール分{spec.alcohol}"]
+        nums = sake_nums if spec.kind == "sake" else list(spec.styles)
         for t in nums:
             draw_text(img, (x, 140), t, des.text_font, small, ink, True)
             lines.append(t)
@@ -421,11 +526,13 @@ def _front(img: Image.Image, spec: LabelSpec, ink, accent) -> Rendered:
         lines.append(brand)
         y = 190 + size * 1.2 + 40
         if spec.product_name:
-            draw_text(img, (w / 2 - 48 * len(spec.product_name) / 2, y), spec.product_name, des.text_font, 48, ink, False)
+            draw_text(
+                img, (w / 2 - 48 * len(spec.product_name) / 2, y), spec.product_name, des.text_font, 48, ink, False
+            )
             lines.append(spec.product_name)
             y += 80
         nums = _numbers(spec) if spec.kind == "sake" else [*spec.styles, f"内容量 {spec.volume}"]
-        y = max(y, h - 150 - 60 * (len(nums) + 2))
+        y = max(y, h - 200 - 60 * (len(nums) + 2))
         for t in nums:
             draw_text(img, (90, y), t, des.text_font, small, ink, False)
             lines.append(t)
@@ -453,8 +560,11 @@ def _back(img: Image.Image, spec: LabelSpec, ink, accent) -> Rendered:
             f"内容量 {spec.volume}",
         ]
     else:
-        body = ["名称 果実ジュース", f"原材料名 {spec.product_name.replace('ジュース', '')}(国産)",
-                f"内容量 {spec.volume}"]
+        body = [
+            "名称 果実ジュース",
+            f"原材料名 {spec.product_name.replace('ジュース', '')}(国産)",
+            f"内容量 {spec.volume}",
+        ]
     body += [f"製造者 {spec.brewery}株式会社", f"{spec.prefecture}{spec.city}{spec.address}"]
     lines = [spec.brand, *body]
     if des.layout == "vertical":
