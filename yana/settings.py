@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     ocr_mode: Literal["auto", "always", "off"] = "auto"
     # One image's read past this raises OcrTimeout (an item warning, never a lost label).
     ocr_timeout_s: float = Field(default=30.0, gt=0)
+    # With OPENAI_BASE_URL set and OCR_LLM on, a vision model also reads the label (one request,
+    # one repair, inside OCR_LLM_BUDGET_S); every value is checked against the OCR text.
+    ocr_llm: bool = False
+    ocr_llm_timeout_s: float = Field(default=15.0, gt=0)
+    ocr_llm_budget_s: float = Field(default=20.0, gt=0)
 
     # --- search ---------------------------------------------------------------------------
     # Hybrid score = w * minmax(BM25) + (1 - w) * minmax(cosine) + metadata bonus (bench/search_eval.py).
