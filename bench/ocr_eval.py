@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-n", type=int, default=0, help="images for the 1-worker timing (0: all)")
     ap.add_argument("--det-side", type=int, default=0, help="ppocr detection input side (0: default)")
     ap.add_argument("--quick", action="store_true", help="3 images, 1 worker (CI)")
+    ap.add_argument("--data", default="", help="read a set written by tools.photolabels instead of generating one")
     ap.add_argument("--json", default="", help="write the per-image results here")
     ap.add_argument("--show", type=int, default=0, help="print this many field misses per engine")
     args = ap.parse_args(argv)
@@ -212,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.workers = 3, "1"
 
     from tools.photolabels import generate
+    from tools.photolabels.dataset import load_dataset
 
     t0 = time.perf_counter()
-    samples = list(generate(args.n, args.seed, args.split))
+    samples = load_dataset(args.data)[: args.n] if args.data else list(generate(args.n, args.seed, args.split))
     images = []
     for s in samples:
         buf = io.BytesIO()

@@ -12,7 +12,7 @@ from pathlib import Path
 from PIL import Image
 
 from tools.photolabels.photo import photograph
-from tools.photolabels.render import LabelSpec, make_spec, render
+from tools.photolabels.render import Design, LabelSpec, make_spec, render
 
 SPLITS = ("tune", "heldout")
 
@@ -58,12 +58,30 @@ def generate(n: int, seed: int = 0, split: str = "heldout", *, photographed: boo
         yield Sample(f"{split}-{seed}-{i:05d}", spec, img, r.lines, params)
 
 
-def write_dataset(out: Path | str, n: int, seed: int = 0, split: str = "heldout", *, photographed: bool = True) -> Path:
+def write_dataset(
+    out: Path | str, n: int, seed: int = 0, split: str = "heldout", *, photographed: bool = True, quality: int = 95
+) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "labels.jsonl", "w", encoding="utf-8") as fh:
         for s in generate(n, seed, split, photographed=photographed):
             name = f"{s.key}.jpg"
-            s.image.convert("RGB").save(out / name, "JPEG", quality=95 if not photographed else 97)
+            s.image.convert("RGB").save(out / name, "JPEG", quality=quality)
             fh.write(json.dumps(s.record(name), ensure_ascii=False) + "\n")
     return out / "labels.jsonl"
+
+
+def load_dataset(folder: Path | str) -> list[Sample]:
+    """The samples `write_dataset` wrote (images decoded from the files, specs from labels.jsonl)."""
+    folder = Path(folder)
+    out = []
+    with open(folder / "labels.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            d = dict(rec["spec"])
+            d["design"] = Design(**d["design"])
+            d["styles"] = tuple(d["styles"])
+            img = Image.open(folder / rec["file"])
+            img.load()
+            out.append(Sample(rec["key"], LabelSpec(**d), img, rec["lines"], rec["photo"]))
+    return out
