@@ -334,6 +334,8 @@ class PPOCRReader:
         *,
         det_limit_side: int = 640,
         rec_batch: int = 8,
+        rec_min_width: int = 320,
+        det_upscale: float = 1.0,
         threads: int = 1,
         drop_score: float = 0.5,
         box_thresh: float = 0.5,
@@ -365,6 +367,8 @@ class PPOCRReader:
         self.decode = CTCLabelDecode(character_dict_path=str(root / "ppocrv5_dict.txt"), use_space_char=True)
         self.det_limit_side = det_limit_side
         self.rec_batch = rec_batch
+        self.rec_min_width = rec_min_width
+        self.det_upscale = det_upscale
         self.drop_score = drop_score
         self.lock = threading.Lock()  # one run at a time per session (1 thread each)
 
@@ -373,7 +377,7 @@ class PPOCRReader:
         import cv2
 
         h, w = bgr.shape[:2]
-        scale = min(1.0, self.det_limit_side / max(h, w))
+        scale = min(self.det_upscale, self.det_limit_side / max(h, w))
         nh = max(32, int(round(h * scale / 32)) * 32)
         nw = max(32, int(round(w * scale / 32)) * 32)
         resized = cv2.resize(bgr, (nw, nh))
@@ -405,7 +409,7 @@ class PPOCRReader:
         for start in range(0, len(crops), self.rec_batch):
             _check_deadline(deadline, "recognition")
             idx = order[start : start + self.rec_batch]
-            max_ratio = max(320 / 48, max(ratios[i] for i in idx))
+            max_ratio = max(self.rec_min_width / img_h, max(ratios[i] for i in idx))
             img_w = int(math.ceil(img_h * max_ratio))
             batch = np.zeros((len(idx), 3, img_h, img_w), np.float32)
             for j, i in enumerate(idx):
