@@ -202,7 +202,9 @@ def _char_size(line: Line) -> float:
 _NUM = r"(\d{1,3}(?:\.\d)?)"
 _SEIMAI = re.compile(r"(?:精米歩合|精米步合|精米|歩合)[^0-9]{0,3}" + r"(\d{1,2}(?:\.\d)?)\s*[%]")
 _ALCOHOL = re.compile(r"(?:アルコ.?ル分?|アルコ.?ル度数|度数)[^0-9]{0,3}" + _NUM + r"\s*(度|%)")
-_VOLUME = re.compile(r"(?:内容量|容量)?[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)", re.IGNORECASE)
+_VOLUME = re.compile(
+    r"(?:内容量|容量)?[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|m[I1]|m(?![a-z])|l|リットル|ミリリットル)", re.IGNORECASE
+)
 _VOLUME_LABELED = re.compile(
     r"(?:内容量|容量)[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)?", re.IGNORECASE
 )
@@ -236,7 +238,7 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
                 conf = 0.7
             if m:
                 unit = (m.group(2) or "ml").lower()
-                unit = {"リットル": "l", "ミリリットル": "ml"}.get(unit, unit)
+                unit = {"リットル": "l", "ミリリットル": "ml", "m": "ml", "mi": "ml", "m1": "ml"}.get(unit, unit)
                 v = m.group(1)
                 v = v[:-2] if v.endswith(".0") else v
                 out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
@@ -344,7 +346,8 @@ def _brewery_name(text: str) -> tuple[str, float]:
             if pos > 0:
                 name, score = t[: pos + len(suf)], 2.0
                 break
-    if not name or any(fuzzy_key(g) in fuzzy_key(name) for g in GRADES):
+    # a grade line (本醸造, 特別本醸造) ends in 醸造 too; a maker named 坂本醸造 is not a grade
+    if not name or fuzzy_key(name) in {fuzzy_key(g) for g in GRADES} or fuzzy_key(name).startswith("特別"):
         return "", 0.0
     name = _COMPANY.sub("", name).strip(" 　:：・")
     # an address run on after the name (製造者 X酒造 新潟県...) is cut at the prefecture

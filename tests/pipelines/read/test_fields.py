@@ -101,3 +101,11 @@ def test_a_known_city_names_the_prefecture_when_it_was_not_read():
     assert (v["prefecture"], v["city"]) == ("山口県", "岩国市")
     reading = Reading((_line("•風の里", 200, 190, 800, 480), _line("限定", 450, 520, 550, 570)), "test")
     assert extract_fields(reading).values()["brand_name"] == "風の里"
+
+
+def test_a_maker_whose_name_ends_like_a_grade_is_still_the_brewery():
+    v = extract_fields(["純米", "坂本醸造", "福井県鯖江市", "300m"]).values()
+    assert v["brewery"] == "坂本醸造"
+    assert v["grade"] == "純米"
+    assert v["volume"] == "300ml"  # the l lost at the edge of a column
+    assert "brewery" not in extract_fields(["特別本醸造", "本醸造"]).values()
