@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from pipelines import glossary
 from pipelines.read.ocr import Line, Reading
+from pipelines.search import glossary
 
 DATA = Path(__file__).resolve().parent / "data"
 GAZETTEER = DATA / "gazetteer.tsv"
