@@ -109,3 +109,31 @@ def test_a_failed_read_is_a_warning_not_a_lost_label(env):
     assert [w["code"] for w in out["warnings"]] == ["OCR_TIMEOUT"] and out["read_text"] is None
     assert readings.cached(env.r, out["hash_sha1"]) is None, "a failure is not cached"
     assert out["id"] in _chunks(env)
+
+
+def test_the_ocr_queue_reads_ahead_and_ingest_does_not_read_again(env, monkeypatch):
+    from pipelines.ingest.readings import read_ahead
+    from yana.clients import get_blobs
+
+    job = FakeJob("job-read-4")
+    items = [
+        {
+            "index": 0,
+            "name": "c.png",
+            "source": _stage(env, job.job_id, 0, _png("八海山", 3)),
+            "fields": {"category": "sake"},
+        }
+    ]
+    items.append({"index": 1, "name": "u", "source": {"kind": "url", "url": "http://127.0.0.1:9/x.png"}, "fields": {}})
+    assert read_ahead(items, r=env.r, s=env.s, blobs=get_blobs(env.s)) == 1, "a URL is not fetched ahead"
+    assert read_ahead(items, r=env.r, s=env.s, blobs=get_blobs(env.s)) == 0, "read once per image bytes"
+
+    import pipelines.read.ocr as ocr
+
+    def boom(*a, **k):
+        raise AssertionError("read twice")
+
+    monkeypatch.setattr(ocr, "read_image", boom)
+    res = ingest.run_ingest(job, items=items[:1], r=env.r, chroma=env.chroma, s=env.s)
+    out = res["items"][0]
+    assert not out["warnings"] and "八海山" in out["read_text"]
