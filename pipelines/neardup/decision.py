@@ -99,7 +99,7 @@ def make_entry(sig: bytes, fields: dict | None, read: dict | None = None) -> str
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
     packed = zlib.compress(sig, 6)
-    doc = (
+    doc: dict[str, Any] = (
         {"z": base64.b64encode(packed).decode("ascii")}
         if len(packed) < len(sig)
         else {"s": base64.b64encode(sig).decode("ascii")}
