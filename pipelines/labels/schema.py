@@ -90,8 +90,23 @@ def now_stamp() -> tuple[str, float]:
     return iso, ts
 
 
+# Fields read off a label (pipelines.read.fields), in the order the label text lists them.
+OCR_FIELD_NAMES = (
+    ("brand_name", "銘柄"),
+    ("product_name", "商品名"),
+    ("brewery", "蔵元"),
+    ("region", "地域"),
+    ("grade", "特定名称"),
+    ("rice", "原料米"),
+    ("seimai", "精米歩合"),
+    ("alcohol", "アルコール分"),
+    ("volume", "内容量"),
+)
+
+
 def label_text(record: dict) -> str:
-    """The text a label is embedded and searched by, built from the uploader's fields."""
+    """The text a label is embedded and searched by: the uploader's fields first, then the fields
+    read off the label that the uploader did not give, then the read text."""
     cat = record.get("category") or ""
     features = normalise_features(record.get("label_features"))
     maker = "メーカー" if cat == "juice" else "蔵元"
@@ -107,6 +122,16 @@ def label_text(record: dict) -> str:
     free = (record.get("text") or "").strip()
     if free:
         lines.append(free)
+    # Then what was read off the label and not given by the uploader: the fields extracted from the
+    # read text (ocr_fields: {name: value}), then the read text itself.
+    read_fields = record.get("ocr_fields") or {}
+    for key, name in OCR_FIELD_NAMES:
+        v = str(read_fields.get(key) or "").strip()
+        if v and not (record.get(key) or "").strip():
+            lines.append(f"{name}: {v}")
+    read = (record.get("ocr_text") or "").strip()
+    if read:
+        lines.append(f"ラベル文字: {read}")
     return "\n".join(lines)
 
 
@@ -118,7 +143,7 @@ def to_metadata(record: dict) -> dict:
     """A label/text record → Chroma-safe metadata (scalars only, schema keys always present)."""
     md: dict[str, Any] = {}
     for k, v in record.items():
-        if k == "label_features" or k == "text":
+        if k in ("label_features", "text", "ocr_fields", "fields", "read"):
             continue
         if _scalar(v):
             md[k] = v

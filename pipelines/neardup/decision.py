@@ -39,6 +39,31 @@ FIELD_KEYS = ("category", "brand_name", "product_name")
 # verifier.verify_many(fields_agree=...)), not pass the block and colour tests
 # made for telling text apart.
 FIELDS_AGREE_MAX_SCORE = 4.0
+# What the label says, as read off it (OCR, pipelines.read.fields): when both images' readings give
+# one of these and the values differ, they are different labels whatever their pixels (one design
+# printed for several brands, grades, polishing ratios, strengths or sizes).
+READ_KEYS = ("brand_name", "grade", "seimai", "alcohol", "volume")
+# An image whose signature's luma barely varies (a blank or single-colour image) has no content to
+# tell labels apart by: it is never merged on the hash (only identical bytes are the same image).
+MIN_CONTENT_STD = 4.0
+
+
+def read_conflict(a: dict, b: dict) -> str | None:
+    """The first read field both readings give and that differs, or None."""
+    for k in READ_KEYS:
+        x, y = _read_norm(a.get(k)), _read_norm(b.get(k))
+        if x and y and x != y:
+            return k
+    return None
+
+
+def _read_norm(value) -> str:
+    return "".join(normalise(value).split())
+
+
+def has_content(luma) -> bool:
+    """Whether the signature's luma plane varies enough to identify anything by."""
+    return float(luma.std()) >= MIN_CONTENT_STD
 
 
 def normalise(value) -> str:
@@ -70,16 +95,19 @@ def fields_digest(fields: dict | None) -> str:
     return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
-def make_entry(sig: bytes, fields: dict | None) -> str:
+def make_entry(sig: bytes, fields: dict | None, read: dict | None = None) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
     packed = zlib.compress(sig, 6)
-    doc = (
+    doc: dict[str, Any] = (
         {"z": base64.b64encode(packed).decode("ascii")}
         if len(packed) < len(sig)
         else {"s": base64.b64encode(sig).decode("ascii")}
     )
     doc.update({k: normalise(fields.get(k)) for k in FIELD_KEYS if normalise(fields.get(k))})
+    said = {k: _read_norm((read or {}).get(k)) for k in READ_KEYS if _read_norm((read or {}).get(k))}
+    if said:
+        doc["read"] = said
     return orjson.dumps(doc).decode()
 
 
@@ -109,17 +137,24 @@ class Verifier:
     fields: dict
     legacy_threshold: int  # entries indexed before signatures existed: distance alone decides
     use_fields: bool = True
+    read: dict = field(default_factory=dict)  # what OCR read off the query label (READ_KEYS)
     judged: list[dict] = field(default_factory=list)
 
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
         to_compare: list[tuple[int, bytes, bool]] = []  # (verdict row, signature, fields agree)
+        blank = not has_content(self.view.luma)
         for label_id, distance, entry in candidates:
             sig, theirs = parse_entry(entry)
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
-            if conflict:
+            said = read_conflict(self.read, theirs.get("read") or {})
+            if blank:
+                verdict = {"same": False, "reason": "no content (blank or single colour)"}
+            elif conflict:
                 verdict = {"same": False, "reason": f"different {conflict}"}
+            elif said:
+                verdict = {"same": False, "reason": f"read {said} differs"}
             elif sig is None:
                 verdict = {"same": distance <= self.legacy_threshold, "reason": "no signature: pHash distance"}
             else:
@@ -146,8 +181,21 @@ class Verifier:
         return best
 
 
-def verifier_for(image: Image.Image, fields: dict | None, legacy_threshold: int, *, use_fields: bool = True):
-    """(signature entry to store, fields digest, verifier) for one decoded image and its fields."""
+def verifier_for(
+    image: Image.Image,
+    fields: dict | None,
+    legacy_threshold: int,
+    *,
+    use_fields: bool = True,
+    read: dict | None = None,
+):
+    """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
+    fields and what was read off it (`read`: {READ_KEYS: value} from OCR, optional)."""
     view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
-    return make_entry(view.sig, fields), fields_digest(fields), Verifier(view, fields, legacy_threshold, use_fields)
+    read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
+    return (
+        make_entry(view.sig, fields, read),
+        fields_digest(fields),
+        Verifier(view, fields, legacy_threshold, use_fields, read),
+    )

@@ -76,6 +76,7 @@ def make_env(redis_url: str, tmp_path: Path, db: int = 7, **overrides) -> Pipeli
             "ingest_batch_size": 4,
             "reembed_batch_size": 4,
             "embed_model": None,
+            "ocr_mode": "off",  # reading labels is slow: the tests that read opt in (test_ingest_read.py)
             **overrides,
         }
     )

@@ -1,0 +1,119 @@
+"""What a label image says, read once per image bytes: the OCR reading and the fields extracted
+from it, cached in Redis under the image's sha1 (content-addressed), so a retried or re-run batch
+does not read the same image twice. The only module that spells the cache's keys.
+
+A failed or timed-out read is returned as a warning (never raised): the label is kept without it,
+and a failure is not cached (a later ingest of the same bytes tries again)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from PIL import Image
+
+from yana.settings import Settings
+
+log = logging.getLogger("yana.ingest.read")
+
+READING_KEY = "yana:read:{sha1}"  # string: the reading + extraction JSON (TTL READING_TTL_S)
+READING_TTL_S = 30 * 86400
+# string: held (SET NX, TTL = the read timeout) by the process reading these bytes, so an ingest
+# worker waits for the OCR worker that is already reading them instead of reading them again.
+READING_LOCK_KEY = "yana:read:lock:{sha1}"
+
+
+def cached(r, sha1: str) -> dict | None:
+    raw = r.get(READING_KEY.format(sha1=sha1))
+    return orjson.loads(raw) if raw else None
+
+
+def store(r, sha1: str, reading: dict) -> None:
+    r.set(READING_KEY.format(sha1=sha1), orjson.dumps(reading), ex=READING_TTL_S)
+
+
+def read_label(r, sha1: str, image: Image.Image, s: Settings) -> tuple[dict | None, dict | None]:
+    """(reading, warning): the cached reading of these bytes, else a fresh read (then cached).
+
+    reading = {engine, text, lines: [{text, box, confidence, vertical, order}], fields:
+    {name: {value, source, confidence, evidence}}, label_features: [...]}."""
+    got = cached(r, sha1)
+    if got is not None:
+        return got, None
+    lock = READING_LOCK_KEY.format(sha1=sha1)
+    ttl = max(1, int(s.ocr_timeout_s) + 5)
+    if not r.set(lock, "1", nx=True, ex=ttl):
+        # Another worker (the `ocr` queue's read-ahead) is reading these bytes: wait for its
+        # reading; past the read timeout read here (a dead reader's lock expires on its own).
+        deadline = time.monotonic() + ttl
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            got = cached(r, sha1)
+            if got is not None:
+                return got, None
+            if not r.exists(lock):
+                break
+    try:
+        return _read(r, sha1, image, s)
+    finally:
+        r.delete(lock)
+
+
+def _read(r, sha1: str, image: Image.Image, s: Settings) -> tuple[dict | None, dict | None]:
+    from pipelines.read.fields import extract_fields
+    from pipelines.read.ocr import OcrError, OcrTimeout, read_image
+
+    try:
+        reading = read_image(image, engine=s.ocr_engine, timeout_s=s.ocr_timeout_s)
+    except OcrTimeout as exc:
+        return None, {"code": "OCR_TIMEOUT", "message": str(exc)}
+    except OcrError as exc:
+        return None, {"code": "OCR_FAILED", "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a reader bug must not lose the label
+        log.exception("OCR read failed")
+        return None, {"code": "OCR_FAILED", "message": f"{type(exc).__name__}: {exc}"}
+    out: dict[str, Any] = reading.to_dict()
+    try:
+        out.update(extract_fields(reading).to_dict())
+    except Exception as exc:  # noqa: BLE001
+        log.exception("field extraction failed")
+        out.update(fields={}, label_features=[])
+        store(r, sha1, out)
+        return out, {"code": "OCR_FIELDS_FAILED", "message": f"{type(exc).__name__}: {exc}"}
+    store(r, sha1, out)
+    return out, None
+
+
+def read_ahead(items: list[dict], *, r, s: Settings, blobs) -> int:
+    """Fill the reading cache for these ingest items (the `ocr` queue's task: OCR workers read a
+    batch before, or while, the ingest worker gets to it). Only sources already in the blob store
+    or the import folder (a URL is not fetched twice); any failure is left to the ingest body to
+    report. Idempotent (content-addressed). Returns how many images were read here."""
+    from pipelines.ingest import image_io, sources
+    from pipelines.neardup import hashing
+
+    n = 0
+    for item in items:
+        src = item.get("source") or {}
+        if src.get("kind") not in ("stored", "file"):
+            continue
+        try:
+            data = sources.read_source(
+                src,
+                blobs=blobs,
+                import_dir=s.import_dir,
+                allow=[],
+                timeout_s=s.fetch_timeout_s,
+                max_bytes=s.max_image_bytes,
+            )
+            sha1 = hashing.sha1_hex(data)
+            if cached(r, sha1) is not None:
+                continue
+            dec = image_io.decode_image(data, max_bytes=s.max_image_bytes, max_pixels=s.max_image_pixels)
+            reading, _warning = read_label(r, sha1, dec.image, s)
+            n += reading is not None
+        except Exception as exc:  # noqa: BLE001 - the ingest body reports the item's failure
+            log.info("read-ahead skipped item %s: %s", item.get("index"), exc)
+    return n

@@ -1,0 +1,475 @@
+"""Fields from what a label says: brand, brewery, region, grade, 精米歩合, アルコール分, 内容量 ...
+
+`extract_fields(reading)` takes a `pipelines.read.ocr.Reading` (or plain text) and returns
+`{name: Field}`; each `Field` carries its value, `source` ("ocr" here, "llm" from
+pipelines.read.llm) and a `confidence` in [0, 1].
+
+Matching tolerates the usual OCR confusions (酒/洒, 一/ー, ロ/口, 力/カ, 二/ニ, 釀/醸 ...): text is
+compared under `fuzzy_key`, which folds every member of a confusion set to one character, against
+the glossary (pipelines/data/glossary.tsv: grades, rice, styles) and the gazetteer
+(pipelines/read/data/gazetteer.tsv: prefectures, cities, brands, breweries with readings).
+
+The brand is the largest lettering on the label (line height from the boxes), snapped to a
+gazetteer brand when it is within one confusion-tolerant edit; without boxes only a gazetteer
+brand found in the text is taken.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import unicodedata
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pipelines.read.ocr import Line, Reading
+from pipelines.search import glossary
+
+DATA = Path(__file__).resolve().parent / "data"
+GAZETTEER = DATA / "gazetteer.tsv"
+
+GRADES = ("純米大吟醸", "特別本醸造", "純米吟醸", "特別純米", "大吟醸", "本醸造", "吟醸", "純米", "普通酒")
+
+# Characters OCR confuses on labels; every set folds to its first member under fuzzy_key.
+CONFUSIONS: tuple[str, ...] = (
+    "酒洒沺",
+    "ー一―‐－-~〜",
+    "口ロ□",
+    "力カ",
+    "二ニ",
+    "八ハ",
+    "工エ",
+    "夕タ",
+    "卜ト",
+    "醸釀譲酶",
+    "会會",
+    "社礼杜",
+    "歩步",
+    "県縣",
+    "吟呤",
+    "大太犬",
+    "米来",
+    "造告",
+    "蔵藏",
+    "鶴鸖",
+    "龍竜",
+    "澤沢",
+    "ノ丿",
+    "％%",
+    "0oOＯ〇",
+    "1lI|",
+)
+_FOLD = {ch: group[0] for group in CONFUSIONS for ch in group[1:]}
+
+_LABEL_WORDS = (
+    "品目",
+    "特定名称",
+    "原材料",
+    "使用米",
+    "精米歩合",
+    "アルコール",
+    "内容量",
+    "製造者",
+    "製造元",
+    "名称",
+    "販売者",
+    "保存",
+    "製造年月",
+    "お酒は",
+    "日本酒",
+    "清酒",
+    "株式会社",
+)
+_BREWERY_SUFFIX = (
+    "酒造店",
+    "酒造場",
+    "酒造",
+    "醸造店",
+    "醸造場",
+    "醸造",
+    "本店",
+    "酒蔵",
+    "銘醸",
+    "商店",
+    "酒類製造",
+    "果樹園",
+    "農園",
+    "ファーム",
+    "果汁工房",
+)
+_COMPANY = re.compile(r"(株式会社|有限会社|合資会社|合名会社|\(株\)|\(有\)|㈱|㈲)")
+
+
+def normalize(text: str) -> str:
+    """NFKC with spaces removed: how values are compared (and how the bench scores them)."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
+
+
+def fuzzy_key(text: str) -> str:
+    """`normalize(text)` with every OCR confusion set folded to one character."""
+    return "".join(_FOLD.get(ch, ch) for ch in normalize(text))
+
+
+@dataclass(frozen=True)
+class Field:
+    value: str
+    source: str = "ocr"
+    confidence: float = 0.0
+    evidence: str = ""  # the read text the value came from
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Place:
+    kind: str
+    name: str
+    reading: str
+    prefecture: str
+    city: str
+    brewery: str
+
+
+@dataclass(frozen=True)
+class Gazetteer:
+    entries: tuple[Place, ...]
+
+    def of(self, kind: str) -> list[Place]:
+        return [e for e in self.entries if e.kind == kind]
+
+
+@lru_cache(maxsize=1)
+def gazetteer() -> Gazetteer:
+    rows = []
+    with open(GAZETTEER, encoding="utf-8") as fh:
+        lines = [ln for ln in fh if ln.strip() and not ln.startswith("#")]
+    for row in csv.DictReader(lines, delimiter="\t"):
+        rows.append(
+            Place(row["kind"], row["name"], row["reading"], row["prefecture"], row["city"], row["brewery"] or "")
+        )
+    return Gazetteer(tuple(rows))
+
+
+def _edit(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance, stopping early past `limit`."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+        if min(cur) > limit:
+            return limit + 1
+        prev = cur
+    return prev[-1]
+
+
+def _find_fuzzy(term: str, text: str, max_edits: int) -> tuple[int, int] | None:
+    """(position, edits) of the best occurrence of `term` in `text` (both fuzzy keys)."""
+    pos = text.find(term)
+    if pos >= 0:
+        return pos, 0
+    if max_edits <= 0 or len(term) < 3:
+        return None
+    best = None
+    n = len(term)
+    for size in (n, n - 1, n + 1):
+        for i in range(0, max(1, len(text) - size + 1)):
+            d = _edit(term, text[i : i + size], max_edits)
+            if d <= max_edits and (best is None or d < best[1]):
+                best = (i, d)
+    return best
+
+
+def _lines(source: Reading | str | list[str]) -> list[Line]:
+    if isinstance(source, Reading):
+        return list(source.lines)
+    texts = source.splitlines() if isinstance(source, str) else list(source)
+    return [Line(t, (), 1.0, False, i) for i, t in enumerate(texts) if t.strip()]
+
+
+def _char_size(line: Line) -> float:
+    if not line.box:
+        return 0.0
+    xs = [p[0] for p in line.box]
+    ys = [p[1] for p in line.box]
+    return (max(xs) - min(xs)) if line.vertical else (max(ys) - min(ys))
+
+
+_NUM = r"(\d{1,3}(?:\.\d)?)"
+_SEIMAI = re.compile(r"(?:精米歩合|精米步合|精米|歩合)[^0-9]{0,3}" + r"(\d{1,2}(?:\.\d)?)\s*[%]")
+_ALCOHOL = re.compile(r"(?:アルコ.?ル分?|アルコ.?ル度数|度数)[^0-9]{0,3}" + _NUM + r"\s*(度|%)")
+_VOLUME = re.compile(
+    r"(?:内容量|容量)?[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|m[I1]|m(?![a-z])|l|リットル|ミリリットル)", re.IGNORECASE
+)
+_VOLUME_LABELED = re.compile(
+    r"(?:内容量|容量)[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)?", re.IGNORECASE
+)
+
+
+def _clean_digits(text: str) -> str:
+    """Digits as OCR reads them: NFKC, letter-for-digit slips inside numbers (O/o→0, l/I→1)."""
+    t = normalize(text)
+    return re.sub(r"(?<=\d)[oOＯ〇](?=\d|%|度|ml|m)|(?<=[^a-zA-Z])[oO](?=\d)", "0", t)
+
+
+def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
+    for ln in lines:
+        t = _clean_digits(ln.text)
+        tk = t.replace("ー", "ー").replace("一", "ー")
+        if "seimai" not in out:
+            m = _SEIMAI.search(t)
+            if m:
+                out["seimai"] = Field(f"{int(float(m.group(1)))}%", "ocr", 0.9 * ln.confidence, ln.text)
+        if "alcohol" not in out:
+            m = _ALCOHOL.search(tk) or _ALCOHOL.search(t.replace("-", "ー"))
+            if m:
+                v = m.group(1)
+                v = v[:-2] if v.endswith(".0") else v
+                out["alcohol"] = Field(f"{v}{m.group(2)}", "ocr", 0.9 * ln.confidence, ln.text)
+        if "volume" not in out:
+            m = _VOLUME_LABELED.search(t)
+            conf = 0.9
+            if not m:
+                m = _VOLUME.search(t)
+                conf = 0.7
+            if m:
+                unit = (m.group(2) or "ml").lower()
+                unit = {"リットル": "l", "ミリリットル": "ml", "m": "ml", "mi": "ml", "m1": "ml"}.get(unit, unit)
+                v = m.group(1)
+                v = v[:-2] if v.endswith(".0") else v
+                out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
+
+
+def _grade(lines: list[Line], out: dict[str, Field]) -> None:
+    """特定名称: a line that is a grade (a front label's grade line, or 特定名称 ... on a back
+    label) is matched whole, allowing about one OCR slip in three characters; otherwise a grade
+    written inside a longer line is taken when found exactly (the longest one)."""
+    best: tuple[float, str, str, float] | None = None
+    keys = [(fuzzy_key(g), g) for g in GRADES]
+    for ln in lines:
+        k = fuzzy_key(ln.text)
+        labelled = False
+        pos = k.find("特定名称")
+        if pos >= 0:
+            k, labelled = k[pos + 4 :].lstrip(":："), True
+        cands: list[tuple[float, str, float]] = []
+        if 0 < len(k) <= 7:
+            for gk, g in keys:
+                d = _edit(gk, k, 2)
+                allowed = max(1, len(gk) // 3) if (labelled or len(gk) >= 3) else 0
+                if d <= allowed:
+                    cands.append((100 - 30 * d + (50 if labelled else 0), g, 0.95 if d == 0 else 0.7))
+        for gk, g in keys:
+            if gk in k:
+                cands.append((60 + len(gk) + (50 if labelled else 0), g, 0.85))
+                break
+        for score, g, conf in cands:
+            if best is None or score > best[0]:
+                best = (score, g, ln.text, conf * ln.confidence)
+    if best is not None:
+        out["grade"] = Field(best[1], "ocr", best[3], best[2])
+
+
+def _after_prefecture(k: str, p: Place) -> tuple[int, bool] | None:
+    """Where the address goes on after prefecture `p` in fuzzy line `k`, and whether the full
+    name was read (a stem alone must be followed by a city part: 秋田酒こまち is no address)."""
+    full = fuzzy_key(p.name)
+    pos = k.find(full)
+    if pos >= 0:
+        return pos + len(full), True
+    stem = full[:-1] if full[-1] in "県府都" and p.name != "北海道" else full
+    pos = k.find(stem)
+    if pos < 0 or not re.match(r".{0,2}.{1,6}?[市町村区郡]", k[pos + len(stem) :]):
+        return None
+    end = pos + len(stem)
+    return end + (1 if k[end : end + 1] in ("県", "府", "都") else 0), False
+
+
+def _city(rest: str, pref: str, cities: list[Place]) -> str:
+    rest_k = fuzzy_key(rest)
+    for c in cities:
+        if c.prefecture == pref and rest_k.startswith(fuzzy_key(c.name)):
+            return c.name
+    m = re.match(r"(?:.{1,4}?郡)?(.{1,5}?[市町村])", rest)
+    return m.group(1) if m else ""
+
+
+def _places(lines: list[Line], out: dict[str, Field]) -> None:
+    gz = gazetteer()
+    prefs = gz.of("prefecture")
+    cities = sorted(gz.of("city"), key=lambda c: -len(c.name))
+    candidates: list[tuple[float, str, str, Line]] = []
+    for ln in lines:
+        k = fuzzy_key(ln.text)
+        for p in prefs:
+            hit = _after_prefecture(k, p)
+            if hit is None:
+                continue
+            end, exact = hit
+            rest = normalize(ln.text)[end:]
+            city = _city(rest, p.name, cities)
+            score = (2.0 if exact else 1.0) + (1.0 if city else 0.0) + (0.5 if re.search(r"\d", rest) else 0.0)
+            candidates.append((score, p.name, city, ln))
+    if not candidates:
+        # no prefecture read: a known city (岩国市) names it
+        for ln in lines:
+            k = fuzzy_key(ln.text)
+            for c in cities:
+                if len(c.name) >= 3 and fuzzy_key(c.name) in k:
+                    candidates.append((0.5, c.prefecture, c.name, ln))
+                    break
+    if not candidates:
+        return
+    score, pref, city, ln = max(candidates, key=lambda c: c[0])
+    conf = min(1.0, 0.35 + 0.2 * score) * ln.confidence
+    out["prefecture"] = Field(pref, "ocr", conf, ln.text)
+    if city:
+        out["city"] = Field(city, "ocr", conf * 0.9, ln.text)
+    out["region"] = Field(pref + city, "ocr", conf * (0.9 if city else 1.0), ln.text)
+
+
+def _brewery_name(text: str) -> tuple[str, float]:
+    """The maker named on a line (製造者 X / a name ending in 酒造, 醸造 ...) and how sure."""
+    t = normalize(text)
+    m = re.search(r"(?:製造者|製.者|.?造者|製造元|醸造元|蔵元)[:：]?(.+)", t)
+    if m:
+        name, score = m.group(1), 3.0
+    else:
+        tk = fuzzy_key(text)
+        name, score = "", 0.0
+        for suf in _BREWERY_SUFFIX:
+            pos = tk.rfind(fuzzy_key(suf))
+            if pos > 0:
+                name, score = t[: pos + len(suf)], 2.0
+                break
+    # a grade line (本醸造, 特別本醸造) ends in 醸造 too; a maker named 坂本醸造 is not a grade
+    if not name or fuzzy_key(name) in {fuzzy_key(g) for g in GRADES} or fuzzy_key(name).startswith("特別"):
+        return "", 0.0
+    name = _COMPANY.sub("", name).strip(" 　:：・")
+    # an address run on after the name (製造者 X酒造 新潟県...) is cut at the prefecture
+    for p in gazetteer().of("prefecture"):
+        pos = name.find(p.name)
+        if pos > 0:
+            name = name[:pos]
+    name = normalize(name)
+    return (name, score) if 1 < len(name) <= 14 else ("", 0.0)
+
+
+def _brewery(lines: list[Line], out: dict[str, Field]) -> None:
+    known = {fuzzy_key(b.name): b.name for b in gazetteer().of("brewery")}
+    best = 0.0
+    for ln in lines:
+        name, score = _brewery_name(ln.text)
+        if not name:
+            continue
+        nk = fuzzy_key(name)
+        if nk in known:
+            name, score = known[nk], score + 1.0
+        else:
+            # restore a confused suffix to its written form (洒造 -> 酒造)
+            for suf in _BREWERY_SUFFIX:
+                if nk.endswith(fuzzy_key(suf)):
+                    name = name[: len(name) - len(suf)] + suf
+                    break
+        if score > best:
+            best = score
+            out["brewery"] = Field(name, "ocr", min(1.0, 0.3 + 0.2 * score) * ln.confidence, ln.text)
+
+
+def _is_label_text(text: str) -> bool:
+    t = normalize(text)
+    k = fuzzy_key(text)
+    return bool(
+        any(w in t for w in _LABEL_WORDS)
+        or re.search(r"\d", t)
+        or any(fuzzy_key(g) == k for g in GRADES)
+        or any(k.endswith(fuzzy_key(s)) for s in _BREWERY_SUFFIX)
+    )
+
+
+def _brand(lines: list[Line], out: dict[str, Field]) -> None:
+    gz = gazetteer()
+    brands = {fuzzy_key(b.name): b for b in gz.of("brand")}
+    sized = [(ln, _char_size(ln)) for ln in lines if not _is_label_text(ln.text)]
+    sized = [(ln, s) for ln, s in sized if len(normalize(ln.text)) <= 12]
+    if sized and any(s > 0 for _, s in sized):
+        sizes = sorted((s for _, s in sized), reverse=True)
+        ln, size = max(sized, key=lambda x: x[1])
+        second = sizes[1] if len(sizes) > 1 else 0.0
+        value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(ln.text)) or normalize(ln.text)
+        k = fuzzy_key(value)
+        conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
+        if k in brands:  # a known brand read with a confusable character (洒/酒 ...)
+            value, conf = brands[k].name, max(conf, 0.9 * ln.confidence)
+        out["brand_name"] = Field(value, "ocr", conf, ln.text)
+        return
+    # no boxes: only a gazetteer brand named in the text
+    text = fuzzy_key("\n".join(ln.text for ln in lines))
+    for bk in sorted(brands, key=len, reverse=True):
+        if len(bk) >= 2 and bk in text:
+            out["brand_name"] = Field(brands[bk].name, "ocr", 0.6, brands[bk].name)
+            return
+
+
+def _features(lines: list[Line], out: dict[str, Field], features: list[str]) -> None:
+    g = glossary.get()
+    text = "\n".join(ln.text for ln in lines)
+    k = fuzzy_key(text)
+    rice: list[str] = []
+    for e in g.of_kinds("rice", "style", "taste"):
+        forms = [e.ja, *e.alt]
+        if any(len(f) >= 2 and fuzzy_key(f) in k for f in forms):
+            if e.kind == "rice" and e.ja != "酒米":
+                rice.append(e.ja)
+            if e.ja not in features and e.ja != "酒米":
+                features.append(e.ja)
+    if rice:
+        out["rice"] = Field(rice[0], "ocr", 0.8, rice[0])
+    if any(w in k for w in ("日本酒", fuzzy_key("清酒"), fuzzy_key("純米"), fuzzy_key("吟醸"), "精米", "アルコ")):
+        out["category"] = Field("日本酒", "ocr", 0.8, "")
+    elif any(w in k for w in ("ジュース", "果汁", "ジユース")):
+        out["category"] = Field("ジュース", "ocr", 0.8, "")
+
+
+def _product(lines: list[Line], out: dict[str, Field]) -> None:
+    brand = out.get("brand_name")
+    grade = out.get("grade")
+    parts = [p.value for p in (brand, grade) if p is not None]
+    if parts:
+        out["product_name"] = Field(" ".join(parts), "ocr", min(f.confidence for f in (brand, grade) if f) * 0.8, "")
+
+
+@dataclass(frozen=True)
+class Extraction:
+    fields: dict[str, Field]
+    label_features: tuple[str, ...]
+
+    def values(self) -> dict[str, str]:
+        return {k: f.value for k, f in self.fields.items()}
+
+    def to_dict(self) -> dict:
+        return {
+            "fields": {k: f.to_dict() for k, f in self.fields.items()},
+            "label_features": list(self.label_features),
+        }
+
+
+def extract_fields(source: Reading | str | list[str]) -> Extraction:
+    """Fields read from a label (a Reading with boxes, or text lines)."""
+    lines = _lines(source)
+    out: dict[str, Field] = {}
+    features: list[str] = []
+    if not lines:
+        return Extraction({}, ())
+    _numbers(lines, out)
+    _grade(lines, out)
+    _places(lines, out)
+    _brewery(lines, out)
+    _brand(lines, out)
+    _features(lines, out, features)
+    _product(lines, out)
+    return Extraction(out, tuple(features))

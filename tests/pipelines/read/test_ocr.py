@@ -1,0 +1,97 @@
+"""The OCR engines on generated labels (real models: PP-OCRv5 ONNX from the wheel, Debian's
+tesseract jpn/jpn_vert). A handful of images: vertical brush lettering, horizontal small print,
+a phone-like photograph, and the failure paths (timeout, broken image, unknown engine)."""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+
+import pytest
+from PIL import Image
+
+from pipelines.read import ocr
+from pipelines.read.fields import extract_fields
+from tools.photolabels import Design, make_spec, photograph, render
+
+BRUSH = "truetype/aoyagi-kouzan-t/AoyagiKouzanT.ttf"
+PRINT = "opentype/ipaexfont-mincho/ipaexm.ttf"
+
+
+def _label(side: str, layout: str, seed: int = 3, **over):
+    design = Design(layout=layout, brand_font=BRUSH, text_font=PRINT, palette=0, frame=1, ornament=0)
+    spec = make_spec(random.Random(seed), split="tune", side=side, kind="sake", design=design, **over)
+    return spec, render(spec)
+
+
+@pytest.fixture(scope="module")
+def vertical_front():
+    return _label("front", "vertical", brand="八海山", brewery="八海醸造", grade="純米吟醸", product_name="")
+
+
+def test_ppocr_reads_vertical_brush_brand_in_column_order(vertical_front):
+    spec, r = vertical_front
+    reading = ocr.read_image(r.image, engine="ppocr", timeout_s=120)
+    brand = [ln for ln in reading.lines if ln.text == "八海山"]
+    assert brand and brand[0].vertical, reading.text
+    verticals = [ln for ln in reading.lines if ln.vertical]
+    xs = [ln.center[0] for ln in verticals]
+    assert xs == sorted(xs, reverse=True), "tategaki columns are read right to left"
+    assert [ln.order for ln in reading.lines] == list(range(len(reading.lines)))
+    v = extract_fields(reading).values()
+    assert v["brand_name"] == "八海山"
+    assert v["grade"] == "純米吟醸"
+    assert v["prefecture"] == spec.prefecture
+
+
+def test_ppocr_reads_small_print_of_a_photographed_back_label():
+    spec, r = _label("back", "horizontal", seed=5)
+    photo, _ = photograph(r.image, random.Random(11), scale=(0.8, 0.8), crop=None, quality=(70, 70))
+    reading = ocr.read_image(photo, engine="ppocr", timeout_s=120)
+    assert all(len(ln.box) == 4 and 0 < ln.confidence <= 1 for ln in reading.lines)
+    v = extract_fields(reading).values()
+    truth = spec.fields()
+    for f in ("brand_name", "brewery", "prefecture", "grade", "seimai", "alcohol", "volume"):
+        assert v.get(f) == truth[f], (f, reading.text)
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="apt-get install tesseract-ocr-jpn")
+def test_tesseract_reads_horizontal_and_vertical_blocks():
+    spec, r = _label("back", "horizontal", seed=5)
+    reading = ocr.read_image(r.image, engine="tesseract", timeout_s=120)
+    v = extract_fields(reading).values()
+    assert v.get("volume") == spec.volume, reading.text
+    assert v.get("prefecture") == spec.prefecture, reading.text
+    spec, r = _label("back", "vertical", seed=6)
+    reading = ocr.read_image(r.image, engine="tesseract", timeout_s=120)
+    assert any(ln.vertical for ln in reading.lines), reading.text
+    assert extract_fields(reading).values().get("volume") == spec.volume, reading.text
+
+
+@pytest.mark.parametrize("engine", ["ppocr", "tesseract"])
+def test_a_read_past_its_deadline_raises_ocr_timeout(vertical_front, engine):
+    if engine == "tesseract" and shutil.which("tesseract") is None:
+        pytest.skip("tesseract not installed")
+    with pytest.raises(ocr.OcrTimeout):
+        ocr.read_image(vertical_front[1].image, engine=engine, timeout_s=1e-6)
+
+
+def test_a_broken_image_raises_ocr_error():
+    buf = io.BytesIO()
+    Image.effect_noise((400, 400), 64).convert("RGB").save(buf, "JPEG")
+    data = buf.getvalue()
+    img = Image.open(io.BytesIO(data[: len(data) // 2]))  # the header opens, the pixels are cut off
+    with pytest.raises(ocr.OcrError) as err:
+        ocr.read_image(img, engine="ppocr", timeout_s=30)
+    assert err.value.code == "OCR_FAILED"
+
+
+def test_unknown_engine_is_refused():
+    with pytest.raises(ocr.OcrError):
+        ocr.get_reader("nonesuch")
+
+
+def test_blank_image_reads_nothing():
+    reading = ocr.read_image(Image.new("RGB", (320, 240), (200, 30, 30)), engine="ppocr", timeout_s=30)
+    assert reading.lines == () and reading.text == ""
