@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import orjson
 
 from pipelines.embedding.cache import embed_cached
-from pipelines.ingest import image_io, readings, sources
+from pipelines.ingest import corrections, image_io, readings, sources
 from pipelines.ingest.accept import remove_staged
 from pipelines.labels import schema as labels
 from pipelines.labels.model import merge_field_values
@@ -239,8 +239,14 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
                 record[k] = values[k]["value"]
         if not record.get("label_features") and reading.get("label_features"):
             record["label_features"] = list(reading["label_features"])
+    # A person's correction of this label (an ingest of the same image running again) wins.
+    fixed = corrections.corrections(r, res.label_id) if r is not None else {}
+    values = corrections.apply_corrections(record, values, fixed)
     record["field_sources"] = orjson.dumps(values).decode()
     text_fields = {**fields, "ocr_fields": {k: v["value"] for k, v in values.items()}}
+    for name in (*labels.TEXT_FIELDS, "label_features"):
+        if name in fixed:
+            text_fields[name] = record.get(name)
     if reading is not None:
         text_fields["ocr_text"] = reading.get("text") or ""
     return out, {"record": record, "fields": text_fields, "image_key": image_key}

@@ -1,0 +1,203 @@
+"""A label's record as people look at it and fix it (GET and PATCH /v1/labels/{id}).
+
+The record is what the index holds for the label (the chunk metadata: fields, sources, the read
+text) plus the reading's lines with their boxes (pipelines.ingest.readings, by the image's sha1).
+
+A correction is kept (pipelines.ingest.corrections) before the index is touched, then the label's
+chunks are written again at once: text, embedding and lexical postings, in every collection ingest
+writes to.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import orjson
+
+from pipelines.ingest import readings
+from pipelines.ingest.corrections import CORRECTIONS_KEY, apply_corrections, corrections
+from pipelines.ingest.pipeline import label_chunks, write_chunks, write_targets
+from pipelines.labels import schema as labels
+from pipelines.labels.model import TEXT_FIELDS
+from pipelines.search import collections as vector_index
+from yana.errors import ErrorCode, YanaError
+from yana.settings import get_settings
+
+LOCK_KEY = "yana:label:lock:{label_id}"  # one correction of a label at a time (TTL LOCK_TTL_S)
+LOCK_TTL_S = 60
+
+READ_FIELDS = tuple(k for k, _ja in labels.OCR_FIELD_NAMES if k not in TEXT_FIELDS)  # grade, rice, ...
+# What a person may correct: the label's own words, what was read off it, and its feature list.
+CORRECTABLE = (*TEXT_FIELDS, *READ_FIELDS, "label_features")
+VALUE_MAX_CHARS = 200
+FEATURES_MAX = 32
+
+# The lines label_text writes for the fields (and the read text): what is left is the uploader's
+# free text, which the metadata does not keep.
+_FIELD_LINE = re.compile(
+    r"^(カテゴリ|特徴|ラベル文字|" + "|".join(ja for _k, ja in labels.OCR_FIELD_NAMES) + r"|メーカー)\s*:\s"
+)
+
+
+def check_changes(changes: Any) -> dict[str, Any]:
+    """The PATCH body's fields, validated: {name: str} or label_features as a list or string."""
+    if not isinstance(changes, dict) or not changes:
+        raise YanaError.of(ErrorCode.BAD_REQUEST, "fields: give at least one field to correct")
+    out: dict[str, Any] = {}
+    for name, value in changes.items():
+        if name not in CORRECTABLE:
+            raise YanaError.of(ErrorCode.BAD_REQUEST, f"fields.{name}: not a correctable field {list(CORRECTABLE)}")
+        if name == "label_features":
+            feats = labels.normalise_features(value)
+            if len(feats) > FEATURES_MAX or any(len(f) > VALUE_MAX_CHARS for f in feats):
+                raise YanaError.of(ErrorCode.BAD_REQUEST, "fields.label_features: too many or too long")
+            out[name] = feats
+            continue
+        if not isinstance(value, str) or len(value) > VALUE_MAX_CHARS:
+            raise YanaError.of(ErrorCode.BAD_REQUEST, f"fields.{name}: a string of at most {VALUE_MAX_CHARS} chars")
+        out[name] = value.strip()
+    return out
+
+
+def _chunks(chroma, r, label_id: str) -> tuple[list[str], list[str], list[dict]]:
+    """(ids, documents, metadatas) of the label's chunks in the active collection, in order."""
+    if not labels_id_ok(label_id) or not vector_index.active_name(r):
+        return [], [], []
+    col, _model = vector_index.active_collection(chroma, r)
+    got = col.get(where={"doc_id": label_id}, include=["documents", "metadatas"])
+    rows = sorted(
+        zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True),
+        key=lambda t: int((t[2] or {}).get("chunk_index") or 0),
+    )
+    return [t[0] for t in rows], [t[1] or "" for t in rows], [dict(t[2] or {}) for t in rows]
+
+
+def labels_id_ok(label_id: str) -> bool:
+    return bool(re.fullmatch(r"label_[0-9a-f]{16}", label_id))
+
+
+def _values_of(meta: dict) -> dict[str, dict]:
+    """The field values with their sources; labels indexed before sources were kept: the uploader's."""
+    raw = meta.get("field_sources")
+    if raw:
+        try:
+            return dict(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            pass
+    return {
+        k: {"value": str(meta[k]), "source": "uploader", "confidence": 1.0}
+        for k in labels.STRING_FIELDS
+        if k != "category" and meta.get(k)
+    }
+
+
+def _free_text(documents: list[str], ocr_text: str) -> str:
+    """The uploader's free text, taken back out of the label's text (the lines that are not fields)."""
+    doc = "\n".join(documents)
+    read = ocr_text.strip()
+    if read:
+        at = doc.rfind("ラベル文字: ")
+        if at >= 0:
+            doc = doc[:at]
+    return "\n".join(line for line in doc.splitlines() if line.strip() and not _FIELD_LINE.match(line)).strip()
+
+
+def get_record(r, chroma, label_id: str) -> dict | None:
+    """The label as a person reviews it, or None when no such label is indexed."""
+    _ids, docs, metas = _chunks(chroma, r, label_id)
+    if not metas:
+        return None
+    return _view(r, label_id, metas[0], corrections(r, label_id))
+
+
+def _view(r, label_id: str, meta: dict, fixed: dict[str, dict]) -> dict:
+    rec = labels.from_metadata(meta)
+    values = _values_of(meta)
+    fields: dict[str, dict] = {
+        k: {"value": v.get("value"), "source": v.get("source") or "", "confidence": v.get("confidence")}
+        for k, v in values.items()
+    }
+    features_source = fixed.get("label_features", {}).get("source") if fixed.get("label_features") else None
+    if rec["label_features"]:
+        fields["label_features"] = {
+            "value": rec["label_features"],
+            "source": features_source or "uploader",
+            "confidence": 1.0,
+        }
+    sha1 = str(meta.get("hash_sha1") or "")
+    reading = readings.cached(r, sha1) if sha1 else None
+    ocr_text = str(meta.get("ocr_text") or "")
+    read = None
+    if ocr_text or reading:
+        read = {
+            "text": ocr_text or (reading or {}).get("text") or "",
+            "engine": str(meta.get("ocr_engine") or (reading or {}).get("engine") or ""),
+            "lines": [
+                {k: line.get(k) for k in ("text", "box", "confidence", "vertical", "order")}
+                for line in (reading or {}).get("lines") or []
+            ],
+        }
+    return {
+        "id": label_id,
+        "category": rec.get("category") or "",
+        "image_url": labels.image_url(label_id) if rec.get("source") == "label" else None,
+        "hash_sha1": sha1,
+        "phash": str(meta.get("phash") or ""),
+        "ingested_at": str(meta.get("ingested_at") or ""),
+        **{k: rec.get(k) or "" for k in TEXT_FIELDS},
+        "label_features": rec["label_features"],
+        "fields": fields,
+        "read": read,
+        "corrections": fixed,
+    }
+
+
+def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
+    """Correct a label's fields: kept first, then the label re-indexed at once (lexical and dense,
+    every collection ingest writes to). Returns the corrected record."""
+    wanted = check_changes(changes)
+    lock = r.lock(LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
+    if not lock.acquire():
+        raise YanaError.of(ErrorCode.CONFLICT, f"{label_id} is being corrected by another request; try again")
+    try:
+        ids, docs, metas = _chunks(chroma, r, label_id)
+        if not metas:
+            raise YanaError.of(ErrorCode.NOT_FOUND, f"no label {label_id}")
+        at = time.time()
+        fixed = {
+            **corrections(r, label_id),
+            **{k: {"value": v, "source": "corrected", "confidence": 1.0, "at": at} for k, v in wanted.items()},
+        }
+        r.hset(CORRECTIONS_KEY, label_id, orjson.dumps(fixed).decode())
+        meta = metas[0]
+        record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
+        values = apply_corrections(record, _values_of(meta), fixed)
+        record["field_sources"] = orjson.dumps(values).decode()
+        record["corrected_at"] = at
+        ocr_text = str(meta.get("ocr_text") or "")
+        text_fields = {
+            "category": record.get("category"),
+            **{k: record.get(k) for k in TEXT_FIELDS},
+            "label_features": record.get("label_features"),
+            "text": _free_text(docs, ocr_text),
+            "ocr_fields": {k: v["value"] for k, v in values.items() if k not in TEXT_FIELDS},
+            "ocr_text": ocr_text,
+        }
+        _rewrite(r, chroma, record, text_fields, old_ids=ids)
+        return _view(r, label_id, labels.to_metadata(record) | {"field_sources": record["field_sources"]}, fixed)
+    finally:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - expired meanwhile: the write is done either way
+            pass
+
+
+def _rewrite(r, chroma, record: dict, text_fields: dict, old_ids: list[str]) -> None:
+    chunks = label_chunks(record, text_fields, get_settings().max_chunk_chars)
+    write_chunks(r, chroma, chunks)
+    stale = sorted(set(old_ids) - {c["id"] for c in chunks})
+    if stale:
+        for name in write_targets(r):
+            vector_index.delete_chunks(vector_index.open_collection(chroma, name), stale, r=r)
