@@ -167,7 +167,7 @@ def up(
             )
             stack.env["CHROMA_URL"] = stack.get("chroma").url
         os.environ.update({k: stack.env[k] for k in ("REDIS_URL", "CHROMA_URL")})
-        _prepare_embedding_model(stack.env)
+        _prepare(stack.env)
         _start(
             "worker",
             lambda: processes.start_worker(
@@ -200,16 +200,17 @@ def up(
     raise typer.Exit(code)
 
 
-def _prepare_embedding_model(env: dict) -> None:
-    """Build the int8 embedding model before the worker starts (once per machine; the first
-    ingest would otherwise pay for it), in a child process: the supervisor never loads torch."""
-    code = "from pipelines.embedding import prepare_int8_model; print(prepare_int8_model() or '')"
-    t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:  # not fatal: the worker builds it on first use instead
-        console.print(f"[yellow]could not prepare the embedding model now:[/] {done.stderr.strip()[-300:]}")
-    elif time.monotonic() - t0 > 5:
-        console.print(f"embedding model prepared in {time.monotonic() - t0:.0f}s (once): {done.stdout.strip()}")
+def _prepare(env: dict) -> None:
+    """Run the one-time builds that are not done yet (`yana prepare`) before the worker starts,
+    in a child process whose output goes to this terminal: the supervisor never imports torch or
+    numba, and a second start, with everything built, skips this in milliseconds."""
+    from pipelines import prepare
+
+    if not prepare.pending():
+        return
+    done = subprocess.run([sys.executable, "-m", "cli.main", "prepare"], env=env, timeout=1800)
+    if done.returncode != 0:  # not fatal: the worker builds them on first use instead
+        console.print("[yellow]the one-time builds failed (see above); the worker will retry them as it starts[/]")
 
 
 def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
@@ -258,6 +259,46 @@ ChromaOpt = Annotated[Optional[str], typer.Option("--chroma-url", envvar="CHROMA
 def _exec(argv: list[str], redis_url: str | None, chroma_url: str | None = None) -> None:
     env = {k: v for k, v in (("REDIS_URL", redis_url), ("CHROMA_URL", chroma_url)) if v}
     os.execvpe(argv[0], argv, processes.child_env(**env))
+
+
+@app.command()
+def prepare(
+    force: Annotated[bool, typer.Option(help="Run every step again, even those already done.")] = False,
+    step: Annotated[
+        Optional[list[str]], typer.Option("--step", help="Only this step (repeatable); see the list below.")
+    ] = None,
+) -> None:
+    """Do the one-time builds ahead (once per machine): the int8 embedding encoder and the compiled
+    near-duplicate kernels. `yana up` runs the steps that are not done yet before it starts the
+    worker; run this in an install step or a container image build so nobody waits for them.
+    """
+    from pipelines import prepare as steps
+
+    s = get_settings()
+    todo = steps.pending(s) if not force else list(steps.STEPS.values())
+    if step:
+        unknown = set(step) - set(steps.STEPS)
+        if unknown:
+            console.print(f"[red]unknown step(s) {sorted(unknown)}; known: {sorted(steps.STEPS)}[/]")
+            raise typer.Exit(2)
+    if not todo:
+        console.print(
+            f"nothing to prepare: {', '.join(steps.STEPS)} done (models in {s.embed_models_dir})", soft_wrap=True
+        )
+        return
+    t0 = time.monotonic()
+    try:
+        with console.status("preparing", spinner="dots") as status:
+
+            def say(line: str) -> None:
+                console.print(line, highlight=False, soft_wrap=True)
+                status.update(line)
+
+            steps.run(s, say=say, force=force, only=step)
+    except Exception as exc:  # noqa: BLE001 - said with the step's name, exit code 1
+        console.print(f"[bold red]prepare failed:[/] {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"prepared in {time.monotonic() - t0:.0f}s (models in {s.embed_models_dir})")
 
 
 @app.command()

@@ -171,7 +171,7 @@ def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) 
 
 def flower_argv(host: str, port: int, extra_args: list[str] | None = None) -> list[str]:
     return [
-        *(sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower"),
+        *(sys.executable, "-m", "celery", "-A", "workers.flower_app", "flower"),
         *(f"--address={host}", f"--port={port}", *(extra_args or [])),
     ]
 
@@ -186,7 +186,8 @@ def api_argv(host: str, port: int, workers: int = 1) -> list[str]:
 def start_worker(
     env: dict, log_dir: Path, *, name: str = "worker", queues: str | None = None, concurrency: int = 1
 ) -> Service:
-    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}@%h"
+    # The host filled in here, not left to Celery's %h: this name is also what `yana up` prints.
+    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}@{socket.gethostname()}"
     proc, log_path = _spawn(name, worker_argv(hostname, queues, concurrency), env, log_dir)
     redis_url = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
