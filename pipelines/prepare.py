@@ -171,3 +171,8 @@ def _compile_kernels(s: Settings) -> str:
 
     warm_up()
     return "compiled and cached"
+
+
+def main() -> None:
+    """Run the pending steps, printing progress (a worker's child process runs this)."""
+    run(say=lambda line: print(line, flush=True))

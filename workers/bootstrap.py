@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess  # nosec B404 - our own interpreter, fixed arguments
+import sys
 import time
 
 from celery import signals
@@ -73,12 +75,34 @@ def _worker_init(**_):
     from yana.settings import get_settings
 
     if get_settings().worker_preload_model:
+        ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))  # Celery sets up its logging later
         _preload_model()  # before the pool forks: one copy, shared by every pool process
+
+
+def _prepare_first() -> None:
+    """The one-time builds when nothing ran them yet (`yana worker` on a fresh machine): in a
+    short-lived child process, so that torch (which only builds the encoder) never enters this
+    long-lived one, nor through it every pool process."""
+    from pipelines import prepare
+
+    if not prepare.pending():
+        return
+    log = logging.getLogger("yana.worker")
+    log.info("running the one-time builds (yana prepare) before taking jobs")
+    code = "from pipelines.prepare import main; main()"
+    done = subprocess.run([sys.executable, "-c", code], timeout=1800, check=False)
+    if done.returncode:  # the model load below builds it in-process instead
+        log.warning("the one-time builds failed (exit code %s)", done.returncode)
 
 
 def _preload_model() -> None:
     from pipelines.embedding import get_embedder
     from pipelines.ingest import warm_up
+
+    try:
+        _prepare_first()
+    except Exception:  # noqa: BLE001 - the model load below builds what is missing
+        logging.getLogger("yana.worker").warning("the one-time builds failed", exc_info=True)
 
     started = time.monotonic()
     try:
