@@ -188,6 +188,9 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
             for i in range(args.searches):
                 q = f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}"
                 r = client.get("/v1/search", params={"query_text": q, "k": 5})
+                while r.status_code == 429:  # the API's rate limit (RATE_LIMIT): wait as a client does
+                    time.sleep(float(r.headers.get("Retry-After") or 1))
+                    r = client.get("/v1/search", params={"query_text": q, "k": 5})
                 if r.status_code != 200:
                     raise RuntimeError(f"search answered {r.status_code}: {r.text[:300]}")
         print(f"[{name}] {args.searches} searches in {time.monotonic() - t1:.1f} s")

@@ -150,36 +150,36 @@ def up(
     code = 0
     starters: dict[str, Callable[[], processes.Service]] = {}
 
-    def _start(name: str, starter: Callable[[], processes.Service], timeout_s: float = 60.0) -> None:
-        starters[name] = starter
-        stack.add(starter(), timeout_s=timeout_s)
-
     try:
+        stores: dict = {}
         if not os.environ.get("REDIS_URL"):
             redis_port = processes.free_port()
-            _start("redis", lambda: processes.start_redis(data_dir, redis_port, stack.log_dir, stack.env))
-            stack.env["REDIS_URL"] = stack.get("redis").url
+            stores["redis"] = (lambda: processes.start_redis(data_dir, redis_port, stack.log_dir, stack.env), 60)
         if not os.environ.get("CHROMA_URL"):
             chroma_port = processes.free_port()
-            _start(
-                "chroma",
-                lambda: processes.start_chroma(data_dir / "chroma", chroma_port, stack.log_dir, stack.env),
-            )
-            stack.env["CHROMA_URL"] = stack.get("chroma").url
+            chroma_dir = data_dir / "chroma"
+            stores["chroma"] = (lambda: processes.start_chroma(chroma_dir, chroma_port, stack.log_dir, stack.env), 60)
+        _start_together(stack, starters, stores)
+        for name, var in (("redis", "REDIS_URL"), ("chroma", "CHROMA_URL")):
+            if name in stores:
+                stack.env[var] = stack.get(name).url
         os.environ.update({k: stack.env[k] for k in ("REDIS_URL", "CHROMA_URL")})
         _prepare(stack.env)
-        _start(
-            "worker",
-            lambda: processes.start_worker(
-                stack.env, stack.log_dir, concurrency=workers or get_settings().worker_concurrency
-            ),
-            120,
-        )
         flower_args = _flower_args()
         if "FLOWER_UNAUTHENTICATED_API" in os.environ:
             stack.env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
-        _start("flower", lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args))
-        _start("api", lambda: processes.start_api(stack.env, api_port, stack.log_dir))
+        warm = get_settings().search_warm_on_start  # up = the API holds the model and the index
+        concurrency = workers or get_settings().worker_concurrency
+        # Started together, then waited for: the worker loads its model while the API imports.
+        _start_together(
+            stack,
+            starters,
+            {
+                "worker": (lambda: processes.start_worker(stack.env, stack.log_dir, concurrency=concurrency), 300),
+                "flower": (lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args), 60),
+                "api": (lambda: processes.start_api(stack.env, api_port, stack.log_dir, wait_warm=warm), 180),
+            },
+        )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
         for svc in stack.services:
@@ -198,6 +198,16 @@ def up(
         stack.stop()
         console.print(f"stopped {len(stack.services)} process(es) in {time.monotonic() - t0:.1f}s")
     raise typer.Exit(code)
+
+
+def _start_together(stack: processes.Stack, starters: dict, todo: dict) -> None:
+    """Spawn every service of `todo` (name -> (starter, timeout s)), then wait until each is
+    healthy: up means every one of them can take work."""
+    for name, (starter, _timeout) in todo.items():
+        starters[name] = starter
+        stack.services.append(starter())
+    for name, (_starter, timeout) in todo.items():
+        processes.wait_healthy(stack.get(name), timeout)
 
 
 def _prepare(env: dict) -> None:

@@ -29,9 +29,17 @@ import imagehash
 import numpy as np
 from PIL import Image, ImageOps
 
-from pipelines import verifier_kernels
 from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError, describe
+
+
+def _kernels():
+    """The compiled kernels, imported on first use: numba and llvmlite (~50 MB, seconds) stay out
+    of processes that only decode and hash images (the API)."""
+    from pipelines import verifier_kernels
+
+    return verifier_kernels
+
 
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif"}
@@ -223,9 +231,7 @@ def query_view(image: Image.Image) -> QueryView:
     square, ch = _boxed_channels(image)
     sig = _to_signature(ch)
     luma = _sig_array(sig).astype(np.float64)
-    return QueryView(
-        sig, np.asarray(square, dtype=np.float64), ch.astype(np.float64), luma, verifier_kernels.pyramid(luma)
-    )
+    return QueryView(sig, np.asarray(square, dtype=np.float64), ch.astype(np.float64), luma, _kernels().pyramid(luma))
 
 
 def _sig_array(sig: bytes) -> np.ndarray:
@@ -287,7 +293,7 @@ def compare(
     for i, sig in enumerate(candidate_sigs):
         colour = _chroma_arrays(sig)
         limit = MAX_RESIDUAL if colour is not None else LEGACY_MAX_RESIDUAL
-        parts = verifier_kernels.compare_one(
+        parts = _kernels().compare_one(
             view.square,
             view.unaligned,
             view.levels,
@@ -311,9 +317,7 @@ def _combined(
     residual: float, worst: float, worst_colour: float = 0.0, worst_colour_shifted: float = 0.0, *, legacy: bool = False
 ) -> float:
     """The verifier score: <= 1.0 when every part is within its limit."""
-    return float(
-        verifier_kernels.combined(residual, worst, worst_colour, worst_colour_shifted, verifier_limits(), legacy)
-    )
+    return float(_kernels().combined(residual, worst, worst_colour, worst_colour_shifted, verifier_limits(), legacy))
 
 
 def verify_many(
