@@ -113,7 +113,7 @@ def write_folder(metas, seed0: int, folder: Path) -> None:
             f.write(json.dumps({**row, "label_features": m["label_features"]}, ensure_ascii=False) + "\n")
 
 
-def run_cli(folder: Path, api_url: str, batch: int | None) -> tuple[float, str, str]:
+def run_cli(folder: Path, api_url: str, batch: int | None, parallel: int | None = None) -> tuple[float, str, str]:
     """`yana ingest` as a user runs it: seconds from process start to exit, the rate it printed,
     and its summary."""
     import re
@@ -122,6 +122,8 @@ def run_cli(folder: Path, api_url: str, batch: int | None) -> tuple[float, str, 
     argv = [sys.executable, "-m", "cli.main", "ingest", str(folder), "--meta", str(folder / "labels.jsonl")]
     if batch:
         argv += ["--batch", str(batch)]
+    if parallel:
+        argv += ["--parallel", str(parallel)]
     env = {**os.environ, "YANA_API_URL": api_url, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
@@ -140,6 +142,7 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="worker process counts to run, one phase each")
     ap.add_argument("--cli", action="store_true", help="also run the real `yana ingest` in each phase")
     ap.add_argument("--cli-batch", type=int, help="--batch for `yana ingest` (default: its own default)")
+    ap.add_argument("--cli-parallel", type=int, help="--parallel for `yana ingest` (default: its own default)")
     args = ap.parse_args()
     counts = [int(x) for x in args.workers.split(",")]
     cores = sorted(os.sched_getaffinity(0))
@@ -194,7 +197,7 @@ def main() -> None:
                     write_folder(
                         metas[phase * per_phase + args.n : (phase + 1) * per_phase], 500_000 * (phase + 1), folder
                     )
-                    cli_s, cli_rate, summary = run_cli(folder, stack.api_url, args.cli_batch)
+                    cli_s, cli_rate, summary = run_cli(folder, stack.api_url, args.cli_batch, args.cli_parallel)
                     cli_rows.append((count, args.n / cli_s, cli_s, cli_rate, summary, os.getloadavg()[0]))
                 rows.append(
                     (

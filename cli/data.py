@@ -261,7 +261,12 @@ def ingest(
     brewery: Annotated[Optional[str], typer.Option(help="Default brewery or maker.")] = None,
     region: Annotated[Optional[str], typer.Option(help="Default region.")] = None,
     batch_size: Annotated[int, typer.Option("--batch", min=1, max=500, help="Files per request (one job each).")] = 16,
-    parallel: Annotated[int, typer.Option(min=1, max=16, help="Requests in flight.")] = 2,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1, max=16, help="Batches in flight (about twice the worker processes keeps every one of them busy)."
+        ),
+    ] = 4,
     strict: Annotated[bool, typer.Option(help="Treat exact duplicates as errors (409).")] = False,
     reconnect_s: Annotated[
         float, typer.Option(min=0, help="How long to keep retrying when the API goes away mid-run.")

@@ -176,9 +176,14 @@ def up(
             starters,
             {
                 "worker": (lambda: processes.start_worker(stack.env, stack.log_dir, concurrency=concurrency), 300),
-                "flower": (lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args), 60),
                 "api": (lambda: processes.start_api(stack.env, api_port, stack.log_dir, wait_warm=warm), 180),
             },
+        )
+        # Flower after the worker (it asks the workers present as it starts; ~2 s without the app).
+        _start_together(
+            stack,
+            starters,
+            {"flower": (lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args), 60)},
         )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")

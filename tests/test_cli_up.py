@@ -52,10 +52,14 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _wait_up(proc: subprocess.Popen, api: str) -> None:
+def _wait_up(proc: subprocess.Popen, api: str, data_dir: Path | None = None) -> None:
+    """Until the API answers and, with data_dir, `yana up` said it is up (it writes up.env then)."""
+
     def ready():
         if proc.poll() is not None:
             raise AssertionError(f"yana up exited early ({proc.returncode}):\n{proc.stdout.read()}")
+        if data_dir is not None and not (data_dir / "up.env").exists():
+            return False
         try:
             return httpx.get(api + "/v1/health", timeout=1).status_code == 200
         except httpx.HTTPError:
@@ -89,7 +93,7 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
 
     proc = _start_up(data_dir, api_port, flower_port)
     try:
-        _wait_up(proc, api)
+        _wait_up(proc, api, data_dir)
         children = _descendants(proc.pid)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         for piece in ("redis-server", "chroma", "celery", "flower", "uvicorn"):
@@ -116,7 +120,7 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
     # same data folder again: the job record survived (Redis AOF), SIGTERM also stops cleanly
     proc = _start_up(data_dir, api_port, flower_port)
     try:
-        _wait_up(proc, api)
+        _wait_up(proc, api, data_dir)
         children = _descendants(proc.pid)
         job = httpx.get(f"{api}/v1/jobs/{job_id}", timeout=10).json()
         assert job["status"] == "succeeded"
@@ -161,7 +165,7 @@ def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
     api = f"http://127.0.0.1:{api_port}"
     proc = _start_up(data_dir, api_port, free_port())
     try:
-        _wait_up(proc, api)
+        _wait_up(proc, api, data_dir)
         with httpx.Client(base_url=api, timeout=30) as client:
             # the API dies (kill -9) while a job runs: it comes back on the same port, the job goes on
             running = client.post("/v1/demo/sleep", json={"steps": 4, "step_s": 1}).json()["job_id"]
