@@ -17,7 +17,6 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from api.contract.auth import flower_auth_args
 from cli import data, processes
 from yana.settings import get_settings
 
@@ -35,6 +34,8 @@ def _flower_args() -> list[str]:
     API's bearer tokens; with auth off, FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
     s = get_settings()
     if s.auth_enabled:
+        from api.contract.auth import flower_auth_args  # FastAPI: not for the supervisor's lifetime
+
         return flower_auth_args(s)
     if s.flower_unauthenticated_api:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
