@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess  # nosec B404 - our own interpreter, fixed arguments
+import subprocess  # nosec B404
 import sys
 import time
 
