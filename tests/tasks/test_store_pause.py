@@ -18,6 +18,8 @@ from pipelines import imaging, vector_index
 from tests.stack import start_stack, wait_for, wait_job
 from tests.tasks.test_ingest_jobs import _files, distinct_labels
 
+pytestmark = pytest.mark.stack  # starts its own processes (Redis, workers...): the stack tier
+
 N_IMAGES = 200
 
 

@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.stack import start_stack
+
+pytestmark = pytest.mark.stack  # starts its own processes: the stack tier
 
 
 def _loaded_lines(svc, msg: str = "embedding model loaded") -> list[dict]:
