@@ -1,12 +1,17 @@
 """End-to-end ingest rate (POST → indexed, through API, worker, Redis, Chroma server) beside the
 embedding backend alone on the same label texts, in the same run.
 
-    .venv/bin/python bench/ingest_rate.py [--n 256] [--batch 16] [--parallel 2] [--workers 1,2]
+    .venv/bin/python bench/ingest_rate.py [--n 256] [--batch 16] [--parallel 2] [--workers 1,2] [--cli]
 
 Starts a private stack (tests/stack.py: redis-server, chroma, the API) in a temp folder, then one
 phase per worker count: worker processes of concurrency 1 and one embedding thread, each pinned to
 its own core, fed fresh images (no dedup across phases). Prints the end-to-end images/s of each
 phase and its ratio to one worker, beside the embedding backend alone on the same texts.
+
+--cli: in each phase, right after the bench's own requests, the real `yana ingest DIR --meta
+DIR/labels.jsonl` (a subprocess, its default options, against the same API) on as many other
+fresh images of the same kind, written to disk as a user's folder; its images/s end to end
+(process start to exit, as a user waits) and the rate it reports are printed beside the bench's.
 
 It also prints the CPU time each part of the system spent per image in each phase (the workers,
 the API, Chroma, Redis, this client): on a host with as many cores as workers, the other parts
@@ -95,18 +100,57 @@ def cpu_seconds(stack) -> dict[str, float]:
     return out
 
 
+def write_folder(metas, seed0: int, folder: Path) -> None:
+    """A user's folder: JPEG files and labels.jsonl, as `yana sample-labels` writes them."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "labels.jsonl").open("w", encoding="utf-8") as f:
+        for k, m in enumerate(metas):
+            name = f"label-{seed0 + k}.jpg"
+            (folder / name).write_bytes(images.encode(images.render_label(m, seed=seed0 + k), "JPEG", 90))
+            row = {"file": name, "category": "sake", **{x: m[x] for x in FIELDS if x != "category"}}
+            f.write(json.dumps({**row, "label_features": m["label_features"]}, ensure_ascii=False) + "\n")
+
+
+def run_cli(folder: Path, api_url: str, batch: int | None, parallel: int | None = None) -> tuple[float, str, str]:
+    """`yana ingest` as a user runs it: seconds from process start to exit, the rate it printed,
+    and its summary."""
+    import re
+    import subprocess
+
+    argv = [sys.executable, "-m", "cli.main", "ingest", str(folder), "--meta", str(folder / "labels.jsonl")]
+    if batch:
+        argv += ["--batch", str(batch)]
+    if parallel:
+        argv += ["--parallel", str(parallel)]
+    env = {**os.environ, "YANA_API_URL": api_url, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    secs = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"yana ingest failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    m = re.search(r"│\s*(\d+)\s*│\s*(\d+)\s*│\s*(\d+)\s*│\s*(\d+)\s*│\s*([\d.]+)\s*│\s*([\d.-]+)\s*│", done.stdout)
+    return secs, (m.group(6) if m else "?"), (m.group(0) if m else done.stdout[-300:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=256, help="images per phase")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--parallel", type=int, default=2, help="jobs in flight per worker process")
     ap.add_argument("--workers", default="1,2", help="worker process counts to run, one phase each")
+    ap.add_argument("--cli", action="store_true", help="also run the real `yana ingest` in each phase")
+    ap.add_argument("--cli-batch", type=int, help="--batch for `yana ingest` (default: its own default)")
+    ap.add_argument("--cli-parallel", type=int, help="--parallel for `yana ingest` (default: its own default)")
     args = ap.parse_args()
     counts = [int(x) for x in args.workers.split(",")]
     cores = sorted(os.sched_getaffinity(0))
 
-    metas = images.label_set(args.n * len(counts) + 4 * args.batch, seed=9)
+    per_phase = args.n * (2 if args.cli else 1)
+    metas = images.label_set(per_phase * len(counts) + 4 * args.batch, seed=9)
     warm, metas = metas[: 4 * args.batch], metas[4 * args.batch :]
+    cli_rows: list[tuple[int, float, float, str, str, float]] = []
     import json
 
     def post(client, batch):
@@ -134,7 +178,7 @@ def main() -> None:
                     w = [make_batch(warm[k * 4 : k * 4 + 4], 100 + 10 * len(workers) + k) for k in range(4)]
                     with ThreadPoolExecutor(4) as pool:
                         list(pool.map(lambda b: post(client, b), w))
-                part = metas[phase * args.n : (phase + 1) * args.n]
+                part = metas[phase * per_phase : phase * per_phase + args.n]
                 batches = [
                     make_batch(part[i : i + args.batch], 900_000 + 10_000 * phase + i)
                     for i in range(0, len(part), args.batch)
@@ -148,6 +192,13 @@ def main() -> None:
                 cpu1 = cpu_seconds(stack)
                 cpu_ms.append({k: 1e3 * (cpu1[k] - cpu0.get(k, 0.0)) / len(part) for k in cpu1})
                 res = [j["result"] for j in jobs]
+                if args.cli:  # the same number of other fresh images, through `yana ingest`
+                    folder = root / f"cli-{phase}"
+                    write_folder(
+                        metas[phase * per_phase + args.n : (phase + 1) * per_phase], 500_000 * (phase + 1), folder
+                    )
+                    cli_s, cli_rate, summary = run_cli(folder, stack.api_url, args.cli_batch, args.cli_parallel)
+                    cli_rows.append((count, args.n / cli_s, cli_s, cli_rate, summary, os.getloadavg()[0]))
                 rows.append(
                     (
                         count,
@@ -177,6 +228,15 @@ def main() -> None:
     for count, rate, secs, indexed, failed, load in rows:
         print(f"| {count} | {rate:.1f} | {secs:.2f} | {indexed} | {failed} | {load:.1f} | {rate / rows[0][1]:.2f} |")
     print(f"embedding backend alone, one thread, same texts: {len(texts) / embed_s:.1f} texts/s")
+    if cli_rows:
+        print("\n`yana ingest DIR --meta DIR/labels.jsonl` (its defaults) on as many other fresh images, same stack:")
+        print("| worker processes | bench images/s | CLI images/s (process start to exit) | CLI / bench | "
+              "rate the CLI printed | seconds | load avg (1 min) |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for (count, rate, *_r), (_c, cli_rate, cli_s, printed, _summary, load) in zip(rows, cli_rows, strict=True):
+            print(
+                f"| {count} | {rate:.1f} | {cli_rate:.1f} | {cli_rate / rate:.2f} | {printed} | {cli_s:.2f} | {load:.1f} |"
+            )
     parts = ["workers", "api", "chroma", "redis", "client"]
     print("\nCPU ms per image by part (user + system), and the rate the workers alone would reach with a core each:")
     print(f"| worker processes | {' | '.join(parts)} | all | worker-bound images/s | x one worker |")

@@ -122,11 +122,24 @@ class Tally:
     merges: list[tuple[str, str, int | None]] = field(default_factory=list)  # file, merged into, distance
     jobs: list[tuple[str, str, int]] = field(default_factory=list)  # job id, "" | "earlier run" | "resent", files
     unknown_jobs: list[tuple[str | None, int, str]] = field(default_factory=list)
+    # Files whose outcome came from an earlier run's job (Idempotency replay): counted, but not
+    # processed now, so they are left out of the images/s rate.
+    replayed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def done(self) -> int:
         return self.indexed + self.dedup + self.failed + self.unknown
+
+    @property
+    def known(self) -> int:
+        """Files whose outcome is known (the bar's progress: never files not sent or not seen)."""
+        return self.indexed + self.dedup + self.failed
+
+    def rate(self, elapsed: float) -> float | None:
+        """Images/s of the files processed in this run; None when there are none (a replay)."""
+        fresh = self.known - self.replayed
+        return fresh / max(elapsed, 1e-6) if fresh > 0 else None
 
     def add(self, res: BatchResult, root: Path) -> None:
         with self.lock:
@@ -137,6 +150,8 @@ class Tally:
                 self.unknown += len(res.files)
                 self.unknown_jobs.append((res.job_id, len(res.files), res.unknown or "unknown"))
                 return
+            if res.replayed and not res.resent:
+                self.replayed += len(res.files)
             for p, o in zip(res.files, res.outcomes, strict=True):
                 name = _rel(p, root)
                 if o.get("error"):
@@ -247,7 +262,12 @@ def ingest(
     brewery: Annotated[Optional[str], typer.Option(help="Default brewery or maker.")] = None,
     region: Annotated[Optional[str], typer.Option(help="Default region.")] = None,
     batch_size: Annotated[int, typer.Option("--batch", min=1, max=500, help="Files per request (one job each).")] = 16,
-    parallel: Annotated[int, typer.Option(min=1, max=16, help="Requests in flight.")] = 2,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1, max=16, help="Batches in flight (about twice the worker processes keeps every one of them busy)."
+        ),
+    ] = 4,
     strict: Annotated[bool, typer.Option(help="Treat exact duplicates as errors (409).")] = False,
     reconnect_s: Annotated[
         float, typer.Option(min=0, help="How long to keep retrying when the API goes away mid-run.")
@@ -288,25 +308,27 @@ def ingest(
         BarColumn(),
         MofNCompleteColumn(),
         TaskProgressColumn(),
-        TextColumn("{task.fields[rate]:.1f} img/s"),
+        TextColumn("{task.fields[rate]} img/s"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        TextColumn("dedup [yellow]{task.fields[dedup]}[/]  failed [red]{task.fields[failed]}[/]"),
+        TextColumn("dedup [yellow]{task.fields[dedup]}[/]  failed [red]{task.fields[failed]}[/]{task.fields[unknown]}"),
     )
     with link, Progress(*columns, console=console, transient=False) as progress:
         link.say = progress.console.print
-        bar = progress.add_task("ingest", total=len(files), rate=0.0, dedup=0, failed=0)
+        bar = progress.add_task("ingest", total=len(files), rate="-", dedup=0, failed=0, unknown="")
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures = [pool.submit(_run_batch, link, b, root, meta_rows, defaults, strict) for b in batches]
             for fut in as_completed(futures):
                 tally.add(fut.result(), root)
+                rate = tally.rate(time.monotonic() - started)
                 progress.update(
                     bar,
-                    completed=tally.done,
-                    rate=tally.done / max(1e-6, time.monotonic() - started),
+                    completed=tally.known,  # files not sent or not followed are never "done"
+                    rate="-" if rate is None else f"{rate:.1f}",
                     dedup=tally.dedup,
                     failed=tally.failed,
+                    unknown=f"  unknown [yellow]{tally.unknown}[/]" if tally.unknown else "",
                 )
     _print_summary(tally, time.monotonic() - started, link)
     if tally.failed or tally.unknown:
@@ -319,7 +341,8 @@ def _print_summary(tally: Tally, elapsed: float, link: ApiLink) -> None:
     for col in cols:
         table.add_column(col, justify="right")
     counts = [tally.done, tally.indexed, tally.dedup, tally.failed] + ([tally.unknown] if tally.unknown else [])
-    table.add_row(*map(str, counts), f"{elapsed:.1f}", f"{tally.done / max(elapsed, 1e-6):.1f}")
+    rate = tally.rate(elapsed)
+    table.add_row(*map(str, counts), f"{elapsed:.1f}", "-" if rate is None else f"{rate:.1f}")
     out.print(table)
     if tally.merges:
         mt = Table(title=f"near-duplicate merges ({len(tally.merges)})")
@@ -370,7 +393,8 @@ def _print_summary(tally: Tally, elapsed: float, link: ApiLink) -> None:
 
 _STYLE = (
     "<style>body{font-family:sans-serif;margin:1em}section{border-bottom:1px solid #ccc;padding:.5em 0}"
-    "figure{display:inline-block;margin:.3em;text-align:center;font-size:12px;vertical-align:top;max-width:180px}"
+    "figure{display:inline-block;margin:.3em;text-align:center;font-size:12px;vertical-align:top;width:170px}"
+    "figcaption{overflow-wrap:anywhere;word-break:break-word}"
     "img{max-width:160px;max-height:160px;border:1px solid #999}.kept img{border:3px solid #2a2}</style>"
 )
 

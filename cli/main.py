@@ -17,7 +17,6 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from api.contract.auth import flower_auth_args
 from cli import data, processes
 from yana.settings import get_settings
 
@@ -35,6 +34,8 @@ def _flower_args() -> list[str]:
     API's bearer tokens; with auth off, FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
     s = get_settings()
     if s.auth_enabled:
+        from api.contract.auth import flower_auth_args  # FastAPI: not for the supervisor's lifetime
+
         return flower_auth_args(s)
     if s.flower_unauthenticated_api:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
@@ -150,36 +151,41 @@ def up(
     code = 0
     starters: dict[str, Callable[[], processes.Service]] = {}
 
-    def _start(name: str, starter: Callable[[], processes.Service], timeout_s: float = 60.0) -> None:
-        starters[name] = starter
-        stack.add(starter(), timeout_s=timeout_s)
-
     try:
+        stores: dict = {}
         if not os.environ.get("REDIS_URL"):
             redis_port = processes.free_port()
-            _start("redis", lambda: processes.start_redis(data_dir, redis_port, stack.log_dir, stack.env))
-            stack.env["REDIS_URL"] = stack.get("redis").url
+            stores["redis"] = (lambda: processes.start_redis(data_dir, redis_port, stack.log_dir, stack.env), 60)
         if not os.environ.get("CHROMA_URL"):
             chroma_port = processes.free_port()
-            _start(
-                "chroma",
-                lambda: processes.start_chroma(data_dir / "chroma", chroma_port, stack.log_dir, stack.env),
-            )
-            stack.env["CHROMA_URL"] = stack.get("chroma").url
+            chroma_dir = data_dir / "chroma"
+            stores["chroma"] = (lambda: processes.start_chroma(chroma_dir, chroma_port, stack.log_dir, stack.env), 60)
+        _start_together(stack, starters, stores)
+        for name, var in (("redis", "REDIS_URL"), ("chroma", "CHROMA_URL")):
+            if name in stores:
+                stack.env[var] = stack.get(name).url
         os.environ.update({k: stack.env[k] for k in ("REDIS_URL", "CHROMA_URL")})
-        _prepare_embedding_model(stack.env)
-        _start(
-            "worker",
-            lambda: processes.start_worker(
-                stack.env, stack.log_dir, concurrency=workers or get_settings().worker_concurrency
-            ),
-            120,
-        )
+        _prepare(stack.env)
         flower_args = _flower_args()
         if "FLOWER_UNAUTHENTICATED_API" in os.environ:
             stack.env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
-        _start("flower", lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args))
-        _start("api", lambda: processes.start_api(stack.env, api_port, stack.log_dir))
+        warm = get_settings().search_warm_on_start  # up = the API holds the model and the index
+        concurrency = workers or get_settings().worker_concurrency
+        # Started together, then waited for: the worker loads its model while the API imports.
+        _start_together(
+            stack,
+            starters,
+            {
+                "worker": (lambda: processes.start_worker(stack.env, stack.log_dir, concurrency=concurrency), 300),
+                "api": (lambda: processes.start_api(stack.env, api_port, stack.log_dir, wait_warm=warm), 180),
+            },
+        )
+        # Flower after the worker (it asks the workers present as it starts; ~2 s without the app).
+        _start_together(
+            stack,
+            starters,
+            {"flower": (lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args), 60)},
+        )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
         for svc in stack.services:
@@ -200,16 +206,27 @@ def up(
     raise typer.Exit(code)
 
 
-def _prepare_embedding_model(env: dict) -> None:
-    """Build the int8 embedding model before the worker starts (once per machine; the first
-    ingest would otherwise pay for it), in a child process: the supervisor never loads torch."""
-    code = "from pipelines.embedding.backends import prepare_int8_model; print(prepare_int8_model() or '')"
-    t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:  # not fatal: the worker builds it on first use instead
-        console.print(f"[yellow]could not prepare the embedding model now:[/] {done.stderr.strip()[-300:]}")
-    elif time.monotonic() - t0 > 5:
-        console.print(f"embedding model prepared in {time.monotonic() - t0:.0f}s (once): {done.stdout.strip()}")
+def _start_together(stack: processes.Stack, starters: dict, todo: dict) -> None:
+    """Spawn every service of `todo` (name -> (starter, timeout s)), then wait until each is
+    healthy: up means every one of them can take work."""
+    for name, (starter, _timeout) in todo.items():
+        starters[name] = starter
+        stack.services.append(starter())
+    for name, (_starter, timeout) in todo.items():
+        processes.wait_healthy(stack.get(name), timeout)
+
+
+def _prepare(env: dict) -> None:
+    """Run the one-time builds that are not done yet (`yana prepare`) before the worker starts,
+    in a child process whose output goes to this terminal: the supervisor never imports torch or
+    numba, and a second start, with everything built, skips this in milliseconds."""
+    from pipelines.prepare import steps as prepare
+
+    if not prepare.pending():
+        return
+    done = subprocess.run([sys.executable, "-m", "cli.main", "prepare"], env=env, timeout=1800)
+    if done.returncode != 0:  # not fatal: the worker builds them on first use instead
+        console.print("[yellow]the one-time builds failed (see above); the worker will retry them as it starts[/]")
 
 
 def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
@@ -258,6 +275,46 @@ ChromaOpt = Annotated[Optional[str], typer.Option("--chroma-url", envvar="CHROMA
 def _exec(argv: list[str], redis_url: str | None, chroma_url: str | None = None) -> None:
     env = {k: v for k, v in (("REDIS_URL", redis_url), ("CHROMA_URL", chroma_url)) if v}
     os.execvpe(argv[0], argv, processes.child_env(**env))
+
+
+@app.command()
+def prepare(
+    force: Annotated[bool, typer.Option(help="Run every step again, even those already done.")] = False,
+    step: Annotated[
+        Optional[list[str]], typer.Option("--step", help="Only this step (repeatable); see the list below.")
+    ] = None,
+) -> None:
+    """Do the one-time builds ahead (once per machine): the int8 embedding encoder and the compiled
+    near-duplicate kernels. `yana up` runs the steps that are not done yet before it starts the
+    worker; run this in an install step or a container image build so nobody waits for them.
+    """
+    from pipelines.prepare import steps
+
+    s = get_settings()
+    todo = steps.pending(s) if not force else list(steps.STEPS.values())
+    if step:
+        unknown = set(step) - set(steps.STEPS)
+        if unknown:
+            console.print(f"[red]unknown step(s) {sorted(unknown)}; known: {sorted(steps.STEPS)}[/]")
+            raise typer.Exit(2)
+    if not todo:
+        console.print(
+            f"nothing to prepare: {', '.join(steps.STEPS)} done (models in {s.embed_models_dir})", soft_wrap=True
+        )
+        return
+    t0 = time.monotonic()
+    try:
+        with console.status("preparing", spinner="dots") as status:
+
+            def say(line: str) -> None:
+                console.print(line, highlight=False, soft_wrap=True)
+                status.update(line)
+
+            steps.run(s, say=say, force=force, only=step)
+    except Exception as exc:  # noqa: BLE001 - said with the step's name, exit code 1
+        console.print(f"[bold red]prepare failed:[/] {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"prepared in {time.monotonic() - t0:.0f}s (models in {s.embed_models_dir})")
 
 
 @app.command()

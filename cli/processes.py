@@ -171,7 +171,7 @@ def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) 
 
 def flower_argv(host: str, port: int, extra_args: list[str] | None = None) -> list[str]:
     return [
-        *(sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower"),
+        *(sys.executable, "-m", "celery", "-A", "workers.flower_app", "flower"),
         *(f"--address={host}", f"--port={port}", *(extra_args or [])),
     ]
 
@@ -186,7 +186,8 @@ def api_argv(host: str, port: int, workers: int = 1) -> list[str]:
 def start_worker(
     env: dict, log_dir: Path, *, name: str = "worker", queues: str | None = None, concurrency: int = 1
 ) -> Service:
-    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}@%h"
+    # The host filled in here, not left to Celery's %h: this name is also what `yana up` prints.
+    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}@{socket.gethostname()}"
     proc, log_path = _spawn(name, worker_argv(hostname, queues, concurrency), env, log_dir)
     redis_url = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -210,13 +211,39 @@ def start_flower(env: dict, port: int, log_dir: Path, extra_args: list[str] | No
     return Service("flower", proc, url, log_path, _http_ok(url + "/healthcheck"))
 
 
+# What the API logs when its start-up warm-up (search index and embedding model) is over.
+API_WARM_MESSAGES = ('"msg":"search index warmed"', '"msg":"search warm-up failed"')
+
+
 def start_api(
-    env: dict, port: int, log_dir: Path, host: str = "127.0.0.1", name: str = "api", cwd: str | None = None
+    env: dict,
+    port: int,
+    log_dir: Path,
+    host: str = "127.0.0.1",
+    name: str = "api",
+    cwd: str | None = None,
+    wait_warm: bool = False,
 ) -> Service:
-    """An API process; `cwd`: run another checkout's code (with PYTHONPATH pointing at it)."""
+    """An API process; `cwd`: run another checkout's code (with PYTHONPATH pointing at it).
+    `wait_warm`: healthy only once its warm-up (the model loaded, the index read) is over too."""
+    log_path = log_dir / f"{name}.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to
     proc, log_path = _spawn(name, api_argv(host, port), env, log_dir, cwd=cwd)
     url = f"http://{host}:{port}"
-    return Service(name, proc, url, log_path, _http_ok(url + "/v1/health"))
+    answers = _http_ok(url + "/v1/health")
+    if not wait_warm:
+        return Service(name, proc, url, log_path, answers)
+
+    def warmed() -> bool:
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return False
+        return any(m in text for m in API_WARM_MESSAGES) and answers()
+
+    return Service(name, proc, url, log_path, warmed)
 
 
 def wait_healthy(svc: Service, timeout_s: float = 60.0) -> None:

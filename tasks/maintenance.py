@@ -207,6 +207,9 @@ class MaintenanceLoop(threading.Thread):
                     log.warning("maintenance step %s failed", step.__name__, exc_info=True)
 
 
+_READY_UID = "yana-maintenance-ready"
+
+
 class Maintenance(bootsteps.StartStopStep):
     """The worker main's maintenance: the loop above, and the note on each job whose message this
     process takes (`_reserved`)."""
@@ -220,9 +223,17 @@ class Maintenance(bootsteps.StartStopStep):
     def start(self, parent) -> None:
         signals.task_received.connect(_reserved)
         self.loop = MaintenanceLoop(get_settings().reconcile_interval_s)
-        self.loop.start()
+        # The loop, and with it the worker's announcement, starts on worker_ready (the pool forked
+        # after the worker main preloaded the model, the consumer connected): a worker that counts
+        # as up for `yana up` and the tests can take a job at once.
+        signals.worker_ready.connect(self._on_ready, weak=False, dispatch_uid=_READY_UID)
+
+    def _on_ready(self, **_) -> None:
+        if self.loop is not None and not self.loop.is_alive() and not self.loop.stop.is_set():
+            self.loop.start()
 
     def stop(self, parent) -> None:
+        signals.worker_ready.disconnect(self._on_ready, dispatch_uid=_READY_UID)
         signals.task_received.disconnect(_reserved)
         if self.loop is not None:
             self.loop.stop.set()

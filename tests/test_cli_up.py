@@ -32,6 +32,8 @@ def _start_up(data_dir: Path, api_port: int, flower_port: int) -> subprocess.Pop
         # the code under test, when it is not the installed checkout (no settings in it)
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
+    if os.environ.get("MODELS_DIR"):  # the one-time builds, shared by every test on this machine
+        env["MODELS_DIR"] = os.environ["MODELS_DIR"]
     yana = Path(sys.executable).parent / "yana"
     return subprocess.Popen(
         [str(yana), "up", "--data-dir", str(data_dir), "--api-port", str(api_port), "--flower-port", str(flower_port)],
@@ -50,10 +52,14 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _wait_up(proc: subprocess.Popen, api: str) -> None:
+def _wait_up(proc: subprocess.Popen, api: str, data_dir: Path | None = None) -> None:
+    """Until the API answers and, with data_dir, `yana up` said it is up (it writes up.env then)."""
+
     def ready():
         if proc.poll() is not None:
             raise AssertionError(f"yana up exited early ({proc.returncode}):\n{proc.stdout.read()}")
+        if data_dir is not None and not (data_dir / "up.env").exists():
+            return False
         try:
             return httpx.get(api + "/v1/health", timeout=1).status_code == 200
         except httpx.HTTPError:
@@ -87,11 +93,12 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
 
     proc = _start_up(data_dir, api_port, flower_port)
     try:
-        _wait_up(proc, api)
+        _wait_up(proc, api, data_dir)
         children = _descendants(proc.pid)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         for piece in ("redis-server", "chroma", "celery", "flower", "uvicorn"):
             assert piece in names, f"{piece} not started: {names}"
+        _assert_light(children)
         # the system works: a job runs through the worker
         with httpx.Client(base_url=api, timeout=30) as client:
             job_id = client.post("/v1/demo/sleep", json={"steps": 1, "step_s": 0}).json()["job_id"]
@@ -113,7 +120,7 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
     # same data folder again: the job record survived (Redis AOF), SIGTERM also stops cleanly
     proc = _start_up(data_dir, api_port, flower_port)
     try:
-        _wait_up(proc, api)
+        _wait_up(proc, api, data_dir)
         children = _descendants(proc.pid)
         job = httpx.get(f"{api}/v1/jobs/{job_id}", timeout=10).json()
         assert job["status"] == "succeeded"
@@ -122,6 +129,26 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
         took = _stop(proc, signal.SIGTERM)
     assert took < 10
     wait_for(lambda: not _left(children), timeout_s=5, what="no process left behind")
+
+
+def _maps(p: psutil.Process) -> str:
+    try:
+        return Path(f"/proc/{p.pid}/maps").read_text()
+    except OSError:
+        return ""
+
+
+def _assert_light(children: list[psutil.Process]) -> None:
+    """Up means ready: every worker pool process already holds the embedding model (loaded by the
+    worker main before it forked the pool); torch is in no process; Flower has none of the app."""
+    procs = {c.pid: (" ".join(c.cmdline()), _maps(c)) for c in children}
+    assert not [cmd for cmd, maps in procs.values() if "libtorch" in maps], "torch was imported"
+    flower = [maps for cmd, maps in procs.values() if " flower" in cmd]
+    assert flower and not any("llvmlite" in m or "onnxruntime" in m for m in flower), "Flower imports the app"
+    workers = [c for c in children if " worker " in " ".join(c.cmdline()) + " "]
+    pool = [c for c in workers if c.ppid() in {w.pid for w in workers}]
+    assert pool, procs
+    assert all("onnxruntime" in _maps(c) and "llvmlite" in _maps(c) for c in pool), "pool not ready when up"
 
 
 def _child(proc: subprocess.Popen, *words: str) -> psutil.Process:
@@ -138,7 +165,7 @@ def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
     api = f"http://127.0.0.1:{api_port}"
     proc = _start_up(data_dir, api_port, free_port())
     try:
-        _wait_up(proc, api)
+        _wait_up(proc, api, data_dir)
         with httpx.Client(base_url=api, timeout=30) as client:
             # the API dies (kill -9) while a job runs: it comes back on the same port, the job goes on
             running = client.post("/v1/demo/sleep", json={"steps": 4, "step_s": 1}).json()["job_id"]

@@ -1,13 +1,22 @@
 """Per-process bootstrap: JSON logs, one compute thread per worker child, the model preloaded.
 
-Imported with the Celery app, so the API (which only sends tasks) pays for nothing here: torch
-is touched only inside worker processes."""
+Imported with the Celery app, so the API (which only sends tasks) pays for nothing here.
+
+The embedding model and the compiled near-duplicate kernels are loaded in the worker *main*
+process, before it forks its pool (``worker_init``): every pool process then shares those pages
+copy-on-write instead of holding (and, on a fresh install, compiling) its own copy, and a pool
+process replaced after WORKER_MAX_TASKS_PER_CHILD starts ready at once. The worker announces
+itself (its liveness key, tasks/maintenance.py) only after ``worker_ready``, which Celery sends
+after this, so `yana up` and the tests wait for a worker that can take a job. torch is never
+imported here: the default int8 encoder runs on onnxruntime (torch only builds it, once, in
+`yana prepare`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
+import subprocess  # nosec B404
+import sys
 import time
 
 from celery import signals
@@ -26,13 +35,15 @@ def pin_threads() -> None:
     """Two cores shared by everything: each worker child computes on one thread."""
     for var, value in _THREAD_VARS.items():
         os.environ.setdefault(var, value)
-    try:
-        import torch  # only in worker processes; the API never needs it here
+    import sys
 
-        torch.set_num_threads(1)
-        torch.set_num_interop_threads(1)
-    except (ImportError, RuntimeError):  # torch absent, or interop threads already set
-        pass
+    torch = sys.modules.get("torch")  # never imported for this: only a non-default model loads it
+    if torch is not None:
+        try:
+            torch.set_num_threads(1)
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # interop threads already set
+            pass
 
 
 for _var, _value in _THREAD_VARS.items():  # before any child forks or any model loads
@@ -61,6 +72,27 @@ def lower_priority() -> None:
 def _worker_init(**_):
     pin_threads()
     lower_priority()
+    from yana.settings import get_settings
+
+    if get_settings().worker_preload_model:
+        ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))  # Celery sets up its logging later
+        _preload_model()  # before the pool forks: one copy, shared by every pool process
+
+
+def _prepare_first() -> None:
+    """The one-time builds when nothing ran them yet (`yana worker` on a fresh machine): in a
+    short-lived child process, so that torch (which only builds the encoder) never enters this
+    long-lived one, nor through it every pool process."""
+    from pipelines.prepare import steps as prepare
+
+    if not prepare.pending():
+        return
+    log = logging.getLogger("yana.worker")
+    log.info("running the one-time builds (yana prepare) before taking jobs")
+    code = "from pipelines.prepare.steps import main; main()"
+    done = subprocess.run([sys.executable, "-c", code], timeout=1800, check=False)
+    if done.returncode:  # the model load below builds it in-process instead
+        log.warning("the one-time builds failed (exit code %s)", done.returncode)
 
 
 def _preload_model() -> None:
@@ -68,9 +100,19 @@ def _preload_model() -> None:
     from pipelines.ingest.pipeline import warm_up
 
     try:
+        _prepare_first()
+    except Exception:  # noqa: BLE001 - the model load below builds what is missing
+        logging.getLogger("yana.worker").warning("the one-time builds failed", exc_info=True)
+
+    started = time.monotonic()
+    try:
         get_embedder()
     except Exception:  # noqa: BLE001 - the first job loads it again and fails with a clear error
         logging.getLogger("yana.worker").warning("embedding model preload failed", exc_info=True)
+    else:
+        logging.getLogger("yana.worker").info(
+            "embedding model ready", extra={"seconds": round(time.monotonic() - started, 2)}
+        )
     started = time.monotonic()
     try:
         warm_up()
@@ -86,9 +128,3 @@ def _preload_model() -> None:
 def _child_init(**_):
     pin_threads()
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
-    from yana.settings import get_settings
-
-    if get_settings().worker_preload_model:
-        # In a thread: this signal must return within worker_proc_alive_timeout (4 s) or the
-        # pool kills the child, and a model load can take longer on a busy machine.
-        threading.Thread(target=_preload_model, name="model-preload", daemon=True).start()

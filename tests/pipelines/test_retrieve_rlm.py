@@ -35,6 +35,7 @@ def scripted():
     server.close()
 
 
+@pytest.mark.stack  # the whole eval set through the loop (~40 s each on a loaded 2-core machine): slow tier
 @pytest.mark.parametrize("name", ["en", "ja"])
 def test_whole_eval_set_no_fabrication_and_never_below_the_extractor(name, scripted):
     corpus, questions = _load(name)

@@ -19,6 +19,8 @@ from pipelines.search import collections as vector_index
 from tests.stack import start_stack, wait_for, wait_job
 from tests.tasks.test_ingest_jobs import _files, distinct_labels
 
+pytestmark = pytest.mark.stack  # starts its own processes (Redis, workers...): the stack tier
+
 N_IMAGES = 200
 
 

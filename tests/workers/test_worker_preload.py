@@ -1,13 +1,20 @@
-"""Worker children load the embedding model and the near-duplicate check's compiled kernels as they
-start, before any job arrives (a first job used to wait seconds for the model, long enough to miss
-its heartbeat on a busy machine)."""
+"""The worker main loads the embedding model and the near-duplicate check's compiled kernels
+before it forks its pool and before it announces itself: when the worker counts as up, every
+pool process already holds them (shared copy-on-write, one load, not one per process), and no
+job waits for a model (a first job used to wait seconds, long enough to miss its heartbeat)."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
-from tests.stack import start_stack, wait_for
+import psutil
+import pytest
+
+from tests.stack import start_stack
+
+pytestmark = pytest.mark.stack  # starts its own processes: the stack tier
 
 
 def _loaded_lines(svc, msg: str = "embedding model loaded") -> list[dict]:
@@ -20,18 +27,31 @@ def _loaded_lines(svc, msg: str = "embedding model loaded") -> list[dict]:
     return out
 
 
-def test_each_worker_child_preloads_the_model_with_no_job_sent(tmp_path):
+def _pool(svc) -> list[psutil.Process]:
+    return psutil.Process(svc.proc.pid).children()
+
+
+def _maps(p: psutil.Process) -> str:
+    return Path(f"/proc/{p.pid}/maps").read_text()
+
+
+def test_the_worker_is_up_only_with_the_model_loaded_once_before_the_pool_forks(tmp_path):
     stack = start_stack(tmp_path / "data", chroma=False, api=False, worker=False)
     try:
-        svc = stack.start_worker(concurrency=2)
-        lines = wait_for(lambda: (got := _loaded_lines(svc)) and len(got) >= 2 and got, timeout_s=90, what="two loads")
-        assert all(rec.get("model") for rec in lines)
-        kernels = "near-duplicate kernels ready"
-        wait_for(lambda: len(_loaded_lines(svc, kernels)) >= 2, timeout_s=90, what="two kernel warm-ups")
+        svc = stack.start_worker(concurrency=2)  # returns once the worker announced itself
+        # already loaded, once, in the worker main (before its announcement, so no waiting here)
+        lines = _loaded_lines(svc)
+        assert len(lines) == 1 and lines[0].get("model"), lines
+        assert len(_loaded_lines(svc, "near-duplicate kernels ready")) == 1
+        pool = _pool(svc)
+        assert len(pool) == 2
+        for p in pool:  # inherited from the main: the pool processes did not load anything
+            assert "onnxruntime" in _maps(p) and "llvmlite" in _maps(p)
+            assert "libtorch" not in _maps(p)
         started = time.monotonic()
         off = stack.start_worker(name="worker-nopreload", WORKER_PRELOAD_MODEL="false")
-        # the children above loaded ~5 s after their worker was ready; give this one 15 s
-        time.sleep(max(0.0, 15 - (time.monotonic() - started)))
+        time.sleep(max(0.0, 5 - (time.monotonic() - started)))
         assert _loaded_lines(off) == [] and _loaded_lines(off, "near-duplicate kernels ready") == []
+        assert not any("onnxruntime" in _maps(p) for p in _pool(off))
     finally:
         stack.stop()
