@@ -1,17 +1,16 @@
 """Corrections people made to labels, kept apart from the index so that every write of a label
 applies them: the correction's own re-index, and an ingest of the same image that runs again (a
 retried batch, a redelivered job). So a correction outranks what is read off the label (OCR, a
-vision model), however often it is read. The only module that spells these keys.
+vision model), however often it is read.
 """
 
 from __future__ import annotations
 
 import orjson
 
+from pipelines.ingest.keys import CORRECTIONS_KEY
 from pipelines.labels import schema as labels
 from pipelines.labels.model import TEXT_FIELDS, merge_field_values
-
-CORRECTIONS_KEY = "yana:label:corrections"  # hash label id -> JSON {field: {value, source, confidence, at}}
 
 
 def corrections(r, label_id: str) -> dict[str, dict]:

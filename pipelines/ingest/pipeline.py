@@ -28,6 +28,7 @@ import orjson
 from pipelines.embedding.cache import embed_cached
 from pipelines.ingest import corrections, image_io, readings, sources
 from pipelines.ingest.accept import remove_staged
+from pipelines.ingest.keys import OUTCOMES_KEY
 from pipelines.labels import schema as labels
 from pipelines.labels.model import merge_field_values
 from pipelines.neardup import decision as neardup
@@ -42,7 +43,6 @@ from yana.settings import Settings, get_settings
 
 log = logging.getLogger("yana.ingest")
 
-OUTCOMES_KEY = "yana:ingest:{job_id}:items"  # hash item index -> outcome JSON
 LABEL_IMAGES_KEY = labels.LABEL_IMAGES_KEY
 LABEL_FIELDS = ("category", "brand_name", "product_name", "brewery", "region", "label_features", "text")
 

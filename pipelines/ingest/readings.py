@@ -1,6 +1,6 @@
 """What a label image says, read once per image bytes: the OCR reading and the fields extracted
 from it, cached in Redis under the image's sha1 (content-addressed), so a retried or re-run batch
-does not read the same image twice. The only module that spells the cache's keys.
+does not read the same image twice.
 
 A failed or timed-out read is returned as a warning (never raised): the label is kept without it,
 and a failure is not cached (a later ingest of the same bytes tries again)."""
@@ -14,15 +14,12 @@ from typing import Any
 import orjson
 from PIL import Image
 
+from pipelines.ingest.keys import READING_KEY, READING_LOCK_KEY
 from yana.settings import Settings
 
 log = logging.getLogger("yana.ingest.read")
 
-READING_KEY = "yana:read:{sha1}"  # string: the reading + extraction JSON (TTL READING_TTL_S)
 READING_TTL_S = 30 * 86400
-# string: held (SET NX, TTL = the read timeout) by the process reading these bytes, so an ingest
-# worker waits for the OCR worker that is already reading them instead of reading them again.
-READING_LOCK_KEY = "yana:read:lock:{sha1}"
 
 
 def cached(r, sha1: str) -> dict | None:

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from pipelines.ingest import readings
-from pipelines.ingest.corrections import CORRECTIONS_KEY, apply_corrections, corrections
+from pipelines.ingest.corrections import apply_corrections, corrections
+from pipelines.ingest.keys import CORRECTIONS_KEY, LABEL_LOCK_KEY
 from pipelines.ingest.pipeline import label_chunks, write_chunks, write_targets
 from pipelines.labels import schema as labels
 from pipelines.labels.model import TEXT_FIELDS
@@ -25,7 +26,6 @@ from pipelines.search import collections as vector_index
 from yana.errors import ErrorCode, YanaError
 from yana.settings import get_settings
 
-LOCK_KEY = "yana:label:lock:{label_id}"  # one correction of a label at a time (TTL LOCK_TTL_S)
 LOCK_TTL_S = 60
 
 READ_FIELDS = tuple(k for k, _ja in labels.OCR_FIELD_NAMES if k not in TEXT_FIELDS)  # grade, rice, ...
@@ -158,7 +158,7 @@ def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
     """Correct a label's fields: kept first, then the label re-indexed at once (lexical and dense,
     every collection ingest writes to). Returns the corrected record."""
     wanted = check_changes(changes)
-    lock = r.lock(LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
+    lock = r.lock(LABEL_LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
     if not lock.acquire():
         raise YanaError.of(ErrorCode.CONFLICT, f"{label_id} is being corrected by another request; try again")
     try:
