@@ -7,12 +7,18 @@ send back next time.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ERROR_TYPES = ("LOOP_LIMIT", "TIMEOUT", "INVALID_INPUT", "MODEL_FAILURE", "OTHER")
 QUERY_MAX_CHARS = 1000
+
+
+def new_request_id() -> str:
+    """A request id for a caller that sent none (echoed in every step and in the job's result)."""
+    return f"req-{uuid.uuid4().hex[:16]}"
 
 
 class Constraints(BaseModel):
@@ -53,7 +59,12 @@ class HistoryEntry(BaseModel):
 
 class ThinkRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request_id: str = Field(..., min_length=1, max_length=128, description="tracing id, echoed and logged")
+    request_id: str = Field(
+        default_factory=new_request_id,
+        min_length=1,
+        max_length=128,
+        description="tracing id, echoed and logged; generated (req-<hex>) when absent, like a trace id",
+    )
     user_query: str = Field(..., min_length=1, max_length=QUERY_MAX_CHARS)
     subject_id: str = Field(
         "",
