@@ -70,7 +70,7 @@ def _norm(text: str) -> str:
 
 
 class Places:
-    def __init__(self, rows: list[tuple[str, str, str, str, str]]):
+    def __init__(self, rows: list[tuple[str, str, str, str, str]]):  # noqa: C901 - the indexes, built in one pass
         self.pref_reading: dict[str, str] = {}
         self.pref_areas: dict[str, list[str]] = {}
         self.pref_cities: dict[str, list[str]] = {}
@@ -100,8 +100,8 @@ class Places:
         for area, prefs in self.area_prefs.items():
             if not prefs or (area in self.pref_cities and prefs == [area]):
                 continue  # 北海道: the prefecture is the area
-            cities = tuple(c for p in prefs for c in self.pref_cities[p])
-            self.by_name[area] = Place(area, "area", AREA_READINGS.get(area, ""), tuple(prefs), cities)
+            in_area = tuple(c for p in prefs for c in self.pref_cities[p])
+            self.by_name[area] = Place(area, "area", AREA_READINGS.get(area, ""), tuple(prefs), in_area)
         # every written form -> canonical name (suffixed forms and romaji)
         self.forms: dict[str, str] = {}
         for name, place in self.by_name.items():
@@ -114,10 +114,12 @@ class Places:
                 for suf in _CITY_SUFFIX:
                     self.forms.setdefault(name + suf, name)
         self.romaji: dict[str, str] = {}
-        for name, place in sorted(self.by_name.items(), key=lambda kv: ("area", "prefecture", "city").index(kv[1].level)):
+        for name, place in sorted(
+            self.by_name.items(), key=lambda kv: ("area", "prefecture", "city").index(kv[1].level)
+        ):
             if place.reading:
                 self.romaji.setdefault(place.romaji, name)
-        self._longest = max(len(f) for f in self.forms)
+        self.longest = max(len(f) for f in self.forms)
 
     def resolve(self, name: str) -> Place | None:
         """The place a name means (新潟県, 新潟, にいがた? no: kana readings are not names; Niigata yes)."""
@@ -136,7 +138,7 @@ class Places:
         out: list[tuple[int, int, Place]] = []
         i = 0
         while i < len(t):
-            for j in range(min(len(t), i + self._longest), i, -1):
+            for j in range(min(len(t), i + self.longest), i, -1):
                 canon = self.forms.get(t[i:j])
                 if canon is not None:
                     out.append((i, j, self.by_name[canon]))

@@ -125,6 +125,16 @@ class Aspect(BaseModel):
     category: str = ""
     features: list[str] = Field(default_factory=list)
     grade: str = ""
+    regions: list[str] = Field(
+        default_factory=list, description="the label regions the place covers (any of them): 島根 → 松江, 九州 → 福岡 …"
+    )
+    near_regions: list[str] = Field(default_factory=list, description="label regions nearby (same area): alternatives")
+    near_category: str = Field("", description="for a category no label has (焼酎): the one to offer instead")
+    prefer: list[str] = Field(
+        default_factory=list, description="preferences (said loosely, hedged, or suggested by the context): rank only"
+    )
+    context: list[str] = Field(default_factory=list, description="words no label shows (occasion, food, hedges)")
+    one_of: str = Field("", description="aspects sharing a group id are alternatives (A か B): any one satisfies")
 
 
 class StepInfo(BaseModel):
