@@ -1,6 +1,7 @@
 """The Librarian's think loop on questions written as people ask them, over the sample catalogue.
 
     .venv/bin/python bench/think_eval.py [--labels 400] [--seed 0] [--quick] [--jobs N] [--no-llm]
+        [--show N] [--show-held-out]
 
 Questions: bench/evalsets/think/dev.jsonl (the planner is tuned on these) and heldout.jsonl (other
 words and styles: casual and Kansai Japanese, 県/地方 forms, romaji names, English with hedges;
@@ -195,7 +196,7 @@ def main() -> None:  # noqa: C901 - one report, printed in order
     ap = argparse.ArgumentParser()
     ap.add_argument("--labels", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="the first 8 questions of each half")
+    ap.add_argument("--quick", action="store_true", help="120 labels, the first 8 questions of each half")
     ap.add_argument("--jobs", type=int, default=0, help="also time N whole jobs through a private stack")
     ap.add_argument("--no-llm", action="store_true", help="the deterministic path only")
     ap.add_argument("--show", type=int, default=6, help="wrong answers to print per path (dev half only)")
@@ -217,6 +218,7 @@ def main() -> None:  # noqa: C901 - one report, printed in order
     halves = {"dev": load("dev"), "held-out": load("heldout")}
     if args.quick:
         halves = {k: v[:8] for k, v in halves.items()}
+        args.labels = 120
     labels = generate_labels(args.labels, args.seed)
     chunks = search_eval.label_chunks(labels)
     metas = {c["id"]: c["metadata"] for c in chunks}
