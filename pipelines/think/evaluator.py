@@ -253,8 +253,6 @@ def from_judgement(
                 chosen.append(c)
     covered, missing, unfound = split_missing(aspects, set(judged))
     cov = Coverage(covered, missing, chosen, dropped, len(cands), unfound)
-    for c in kept:
-        c.covers = {a.id for a in aspects if covers(c.hit, a)}
     cov.nearest = nearest(kept, [a for a in aspects if a.id in missing or a.id in unfound])
     return cov
 

@@ -103,5 +103,8 @@ def test_webhook_carries_the_result(client, world):
 
 
 def test_bad_job_body_is_400(client):
-    resp = client.post("/v1/think", json={"user_query": "x"})
-    assert resp.status_code == 400
+    # a missing request_id is no longer bad (it is generated); a missing question or a bad field is
+    for body in ({"request_id": "r"}, {"user_query": "x", "constraints": {"max_loops": 0}}, {"user_query": ""}):
+        resp = client.post("/v1/think", json=body)
+        assert resp.status_code == 400, (body, resp.text)
+        assert resp.json()["error"]["code"] == "BAD_REQUEST"
