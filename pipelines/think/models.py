@@ -7,12 +7,18 @@ send back next time.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ERROR_TYPES = ("LOOP_LIMIT", "TIMEOUT", "INVALID_INPUT", "MODEL_FAILURE", "OTHER")
 QUERY_MAX_CHARS = 1000
+
+
+def new_request_id() -> str:
+    """A request id for a caller that sent none (echoed in every step and in the job's result)."""
+    return f"req-{uuid.uuid4().hex[:16]}"
 
 
 class Constraints(BaseModel):
@@ -53,7 +59,12 @@ class HistoryEntry(BaseModel):
 
 class ThinkRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request_id: str = Field(..., min_length=1, max_length=128, description="tracing id, echoed and logged")
+    request_id: str = Field(
+        default_factory=new_request_id,
+        min_length=1,
+        max_length=128,
+        description="tracing id, echoed and logged; generated (req-<hex>) when absent, like a trace id",
+    )
     user_query: str = Field(..., min_length=1, max_length=QUERY_MAX_CHARS)
     subject_id: str = Field(
         "",
@@ -114,6 +125,16 @@ class Aspect(BaseModel):
     category: str = ""
     features: list[str] = Field(default_factory=list)
     grade: str = ""
+    regions: list[str] = Field(
+        default_factory=list, description="the label regions the place covers (any of them): 島根 → 松江, 九州 → 福岡 …"
+    )
+    near_regions: list[str] = Field(default_factory=list, description="label regions nearby (same area): alternatives")
+    near_category: str = Field("", description="for a category no label has (焼酎): the one to offer instead")
+    prefer: list[str] = Field(
+        default_factory=list, description="preferences (said loosely, hedged, or suggested by the context): rank only"
+    )
+    context: list[str] = Field(default_factory=list, description="words no label shows (occasion, food, hedges)")
+    one_of: str = Field("", description="aspects sharing a group id are alternatives (A か B): any one satisfies")
 
 
 class StepInfo(BaseModel):

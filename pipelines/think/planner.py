@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.search.tokenizer import normalize, normalize_romaji, romaji_of
-from pipelines.think import lexicon
+from pipelines.think import lexicon, places
 from pipelines.think.models import Aspect, PlannedSearch
 
 ANCHORS = ("brand_name", "brewery", "region")
@@ -35,6 +35,7 @@ CATEGORY_JA = {"sake": "日本酒", "juice": "ジュース"}
 _FEATURES = lexicon.feature_surfaces()
 _GRADES = lexicon.grade_surfaces()
 _CATEGORIES = lexicon.category_surfaces()
+_OTHER = lexicon.OTHER_CATEGORIES
 _ASCII_WORD = re.compile(r"[a-z0-9%]+(?:[-'][a-z0-9]+)*")
 _KIND_RANK = {"brand_name": 0, "brewery": 0, "region": 0, "grade": 1, "feature": 2, "category": 3}
 
@@ -45,6 +46,7 @@ class Span:
     end: int
     kind: str  # brand_name | brewery | region | feature | grade | category
     value: str
+    soft: bool = False  # a preference (said loosely or hedged), not a constraint
 
 
 class Vocabulary:
@@ -138,6 +140,34 @@ def _find_surface(q: str, surface: str) -> list[tuple[int, int]]:
     return out
 
 
+def _place_spans(q: str, words: list[tuple[int, int, str]]) -> list[Span]:
+    """Places at every level (九州, 島根県, 松江, Niigata): kind "region", value the place's name."""
+    pl = places.get()
+    out: list[Span] = []
+    n = len(q)
+    for i in range(n):
+        if q[i].isascii():
+            continue
+        for j in range(i + 1, min(n, i + pl.longest) + 1):
+            canon = pl.forms.get(q[i:j])
+            if canon is not None:
+                out.append(Span(i, j, "region", canon))
+    for a in range(len(words)):
+        for b in range(a, min(len(words), a + 3)):
+            rom = normalize_romaji("".join(w for _, _, w in words[a : b + 1]))
+            canon = pl.romaji.get(rom) if len(rom) >= 3 else None
+            if canon is not None:
+                out.append(Span(words[a][0], words[b][1], "region", canon))
+    return out
+
+
+def _hedged(q: str, s: Span) -> bool:
+    before, after = q[max(0, s.start - 12) : s.start], q[s.end : s.end + 12]
+    return any(before.rstrip().endswith(h) or f"{h} " in before[-len(h) - 3 :] for h in lexicon.HEDGES_BEFORE) or any(
+        after.startswith(h) for h in lexicon.HEDGES_AFTER
+    )
+
+
 def find_spans(  # noqa: C901 - one pass per kind of word
     question: str, vocab: Vocabulary
 ) -> tuple[str, list[Span]]:
@@ -166,10 +196,12 @@ def find_spans(  # noqa: C901 - one pass per kind of word
             for field in ANCHORS:
                 for v in sorted((vocab.romaji.get(field) or {}).get(rom, ())):
                     cands.append(Span(words[a][0], words[b][1], field, v))
-    for table, kind in ((_FEATURES, "feature"), (_GRADES, "grade"), (_CATEGORIES, "category")):
+    cands += _place_spans(q, words)
+    for table, kind in ((_FEATURES, "feature"), (_GRADES, "grade"), (_CATEGORIES, "category"), (_OTHER, "category")):
         for surface, canon in table.items():
             for i, j in _find_surface(q, surface.lower()):
-                cands.append(Span(i, j, kind, canon))
+                value = canon[0] if isinstance(canon, tuple) else canon
+                cands.append(Span(i, j, kind, value, soft=kind == "feature" and surface.lower() in lexicon.LOOSE_FORMS))
     cands.sort(key=lambda s: (-(s.end - s.start), _KIND_RANK[s.kind], s.start))
     taken = [False] * n
     chosen: list[Span] = []
@@ -178,14 +210,45 @@ def find_spans(  # noqa: C901 - one pass per kind of word
             continue
         for k in range(s.start, s.end):
             taken[k] = True
+        if any(q[s.end : s.end + 8].startswith(w) for w in lexicon.NEGATIONS):
+            continue  # 焼酎じゃなくて日本酒: what is ruled out is no aspect
+        if s.kind in ("feature", "grade") and not s.soft and _hedged(q, s):
+            s = Span(s.start, s.end, s.kind, s.value, soft=True)
         chosen.append(s)
     chosen.sort(key=lambda s: s.start)
     return q, chosen
 
 
-def _has_separator(gap: str) -> bool:
+def _boundary(gap: str) -> str:
+    """How two neighbouring words relate: "or" (島根か高知), "and" (島根と高知, 、), "" (same part)."""
     padded = f" {gap} "
-    return any(sep in padded for sep in lexicon.SEPARATORS)
+    g = gap.strip()
+    # "か" alone between the words (島根か高知, 獺祭か、八海山); in a longer gap it is a question particle
+    if (g.startswith("か") and len(g) <= 3 and not any(c in g for c in "？?。")) or any(
+        w in padded for w in lexicon.OR_WORDS if w != "か"
+    ):
+        return "or"
+    if any(sep in padded for sep in (*lexicon.SEPARATORS, "。", "！", "？", "!", "?", "\n", ". ")):
+        return "and"
+    return ""
+
+
+def context_of(question: str) -> tuple[list[str], list[str], list[str]]:
+    """(context words, hedges, features they suggest) a question carries: words no label shows."""
+    q = normalize(question)
+    words: list[str] = []
+    hedges: list[str] = []
+    prefer: list[str] = []
+    for w, feats in lexicon.CONTEXT.items():
+        if (w.isascii() and _find_surface(q, w)) or (not w.isascii() and w in q):
+            words.append(w)
+            prefer += [f for f in feats if f not in prefer]
+    for h in (*lexicon.PLACE_HEDGES, *lexicon.HEDGES_BEFORE, *lexicon.CONTEXT_HEDGES):
+        hs = h.strip()
+        named = (hs.isascii() and _find_surface(q, hs)) or (not hs.isascii() and hs in q)
+        if len(hs) >= 2 and named and hs not in hedges and not any(hs in x for x in hedges):
+            hedges.append(hs)
+    return words, hedges, prefer
 
 
 # ------------------------------------------------------------------ aspects
@@ -203,15 +266,21 @@ def plan_aspects(  # noqa: C901 - the grouping rules in one place
     question: str, vocab: Vocabulary, subject_category: str = ""
 ) -> list[Aspect]:
     q, spans = find_spans(question, vocab)
+    soft = [s.value for s in spans if s.soft]
+    hard = [s for s in spans if not s.soft]
     segments: list[list[Span]] = []
-    for s in spans:
-        if segments and not _has_separator(q[segments[-1][-1].end : s.start]):
+    links: list[str] = []  # how segment i relates to segment i+1
+    for s in hard:
+        rel = _boundary(q[segments[-1][-1].end : s.start]) if segments else "and"
+        if segments and not rel:
             segments[-1].append(s)
         else:
+            if segments:
+                links.append(rel)
             segments.append([s])
-    categories = {s.value for s in spans if s.kind == "category"}
+    categories = {s.value for s in hard if s.kind == "category"}
     category = subject_category or (next(iter(categories)) if len(categories) == 1 else "")
-    if not category and any(s.kind == "grade" for s in spans):
+    if not category and any(s.kind == "grade" for s in hard):
         category = "sake"
 
     def mods(seg: list[Span]) -> tuple[list[str], str]:
@@ -233,33 +302,47 @@ def plan_aspects(  # noqa: C901 - the grouping rules in one place
         last_anchor = max(s.start for s in last if s.kind in ANCHORS)
         trail = [s for s in last if s.start > last_anchor]
         shared_feats, shared_grade = mods(trail or lead)
-        # trailing/leading modifiers in parts with no anchor count as shared too ("…、辛口で")
+    # modifiers in parts with no anchor apply to every anchor ("島根か高知の純米で、燗酒向けのもの")
+    extra_feats: list[str] = []
+    extra_grade = ""
+    if anchored:
         for seg in segments:
             if seg not in anchored:
                 f, g = mods(seg)
-                shared_feats += [x for x in f if x not in shared_feats]
-                shared_grade = shared_grade or g
+                extra_feats += [x for x in f if x not in extra_feats]
+                extra_grade = extra_grade or g
 
+    # segments joined by "か" / "or" are alternatives: one group, any member satisfies it
+    group_of: list[int] = []
+    for i in range(len(segments)):
+        group_of.append(group_of[-1] if i and links[i - 1] == "or" else i)
     raw: list[dict[str, Any]] = []
-    for seg in segments:
+    for si, seg in enumerate(segments):
         anchors = [s for s in seg if s.kind in ANCHORS]
         feats, grade = mods(seg)
+        members = sum(1 for gi in group_of if gi == group_of[si])
+        one_of = f"g{group_of[si] + 1}" if members > 1 else ""
         if not anchors:
             if anchored or not (feats or grade):
                 continue
-            raw.append({"features": feats, "grade": grade})
+            raw.append({"features": feats, "grade": grade, "one_of": one_of})
             continue
         if not feats and not grade:
             feats, grade = list(shared_feats), shared_grade
+        feats = [*feats, *(x for x in extra_feats if x not in feats)]
+        grade = grade or extra_grade
         kinds = [s.kind for s in anchors]
         combined = len(set(kinds)) == len(kinds) and vocab.can_combine({s.kind: s.value for s in anchors})
         groups = [anchors] if combined else [[s] for s in anchors]
         for group in groups:
             a: dict[str, Any] = {s.kind: s.value for s in group}
-            a.update(features=feats, grade=grade)
+            a.update(features=feats, grade=grade, one_of=one_of)
             raw.append(a)
+    if not raw and categories:  # only a category ("焼酎ある？"): the category is the aspect
+        raw.append({"features": [], "grade": "", "one_of": ""})
     if not raw:  # nothing recognised: the question itself is the one aspect
-        raw.append({"features": [], "grade": "", "free_text": question.strip()})
+        raw.append({"features": [], "grade": "", "one_of": "", "free_text": question.strip()})
+    words, hedges, suggested = context_of(question)
     out: list[Aspect] = []
     seen: set[tuple] = set()
     for a in raw:
@@ -269,7 +352,55 @@ def plan_aspects(  # noqa: C901 - the grouping rules in one place
             continue
         seen.add(key)
         label = a.pop("free_text", None) or _aspect_label(a)
+        prefer = [x for x in [*soft, *suggested] if x not in a["features"] and x != a["grade"]]
+        a["prefer"] = list(dict.fromkeys(prefer))
+        a["context"] = [*words, *hedges]
         out.append(Aspect(id=f"a{len(out) + 1}", label=label, **a))
+    groups_seen = {a.one_of for a in out if a.one_of}
+    for g in groups_seen:  # a group left with one member (duplicates dropped) is a plain aspect
+        alone = [x for x in out if x.one_of == g]
+        if len(alone) == 1:
+            alone[0].one_of = ""
+    return finalize(out, vocab)
+
+
+def unknown_places(aspects: list[Aspect], vocab: Vocabulary) -> list[str]:
+    """Regions a model named that are neither a label's region nor a place (its plan is not used)."""
+    regions = vocab.values.get("region") or {}
+    return [a.region for a in aspects if a.region and a.region not in regions and places.resolve(a.region) is None]
+
+
+def finalize(aspects: list[Aspect], vocab: Vocabulary) -> list[Aspect]:
+    """Every aspect, the planner's or a model's, resolved against the catalogue: a place at any level
+    (九州, 島根県, 松江, Niigata) becomes the label regions inside it (`regions`, any of them) and the
+    regions nearby (`near_regions`, same area) for alternatives; a category the catalogue does not
+    hold keeps its name (no label matches it) and gets the nearest category to offer instead."""
+    vocab_regions = list((vocab.values.get("region") or {}).values())
+    out = []
+    for a in aspects:
+        upd: dict[str, Any] = {}
+        if a.region:
+            place = places.resolve(a.region)
+            if a.region in vocab_regions and (place is None or place.level == "city"):
+                upd["regions"] = [a.region]
+            elif place is not None:
+                upd["region"] = place.name
+                upd["regions"] = [v for v in vocab_regions if places.within(v, place)]
+            else:
+                upd["regions"] = [a.region] if a.region in vocab_regions else []
+            if place is not None:
+                prefs = set(place.prefectures)
+                areas = {x for p in place.prefectures for x in places.get().pref_areas.get(p, [])}
+                near_prefs = prefs | {p for x in areas for p in places.get().area_prefs.get(x, [])}
+                upd["near_regions"] = [
+                    v
+                    for v in vocab_regions
+                    if v not in upd["regions"] and any(places.within(v, p) for p in sorted(near_prefs))
+                ]
+        if a.category and a.category not in CATEGORY_JA:
+            other = lexicon.OTHER_CATEGORIES.get(a.category.lower())
+            upd["near_category"] = other[1] if other else ""
+        out.append(a.model_copy(update=upd) if upd else a)
     return out
 
 
@@ -281,8 +412,8 @@ def _alias(feature: str) -> str:
 
 def _vector_phrase(a: Aspect) -> str:
     head = "".join(f"{x}の" for x in (a.region, a.brewery, a.brand_name) if x)
-    feats = "で".join(a.features)
-    noun = a.grade or CATEGORY_JA.get(a.category, "")
+    feats = "で".join([*a.features, *a.prefer[:2]])
+    noun = a.grade or CATEGORY_JA.get(a.category, a.category)
     text = head + (feats + "の" if feats else "") + noun
     return text.rstrip("の") or a.label
 
@@ -291,30 +422,54 @@ def searches_for(aspect: Aspect, round_no: int, subject_category: str = "", free
     """The searches for one uncovered aspect in round `round_no` (0-based)."""
     hard: dict[str, list[str]] = {}
     cat = subject_category or aspect.category
+    if cat and cat not in CATEGORY_JA:  # a category no label has: search the nearest one (alternatives)
+        cat = aspect.near_category
     if cat:
         hard["category"] = [cat]
     words = [x for x in (aspect.brand_name, aspect.brewery, aspect.region, aspect.grade) if x] + list(aspect.features)
+    prefer = list(aspect.prefer[:3])
     if not words:
-        text = free_text or aspect.label
+        text = free_text or " ".join(prefer) or aspect.label
         return [
             PlannedSearch(
                 aspect=aspect.id, query_text=text, query_vector=text, filters=hard, k=[5, 10, 20][min(round_no, 2)]
             )
         ]
     exact = dict(hard)
-    if aspect.region:
+    regions = aspect.regions or ([aspect.region] if aspect.region else [])
+    if regions:
+        exact["region"] = regions
+    elif aspect.region:
         exact["region"] = [aspect.region]
     if aspect.brewery:
         exact["brewery"] = [aspect.brewery]
     vec = _vector_phrase(aspect)
+    if aspect.region and not regions:
+        # the place holds no label at all: look nearby (alternatives), the question's words as the query
+        near = dict(hard, region=aspect.near_regions) if aspect.near_regions else dict(hard)
+        q = " ".join([aspect.brand_name, aspect.grade, *aspect.features, *prefer]).strip() or " ".join(words)
+        return [
+            PlannedSearch(
+                aspect=aspect.id, query_text=q, query_vector=vec, filters=near, k=[5, 10, 20][min(round_no, 2)]
+            )
+        ]
     if round_no == 0:
-        return [PlannedSearch(aspect=aspect.id, query_text=" ".join(words), query_vector=vec, filters=exact, k=5)]
+        text = " ".join([*[w for w in words if w != aspect.region], *prefer]) or " ".join(words)
+        return [PlannedSearch(aspect=aspect.id, query_text=text, query_vector=vec, filters=exact, k=10)]
     if round_no == 1:
         syn = [x for f in aspect.features for x in (f, _alias(f)) if x]
-        names = [x for x in (aspect.brand_name, aspect.brewery, aspect.region) if x]
+        names = [x for x in (aspect.brand_name, aspect.brewery) if x]
         readings = [romaji_of(x) for x in names if romaji_of(x) and not x.isascii()]
-        terms = " ".join([*names, *readings, aspect.grade, *syn]).split()
-        return [PlannedSearch(aspect=aspect.id, query_text=" ".join(terms), query_vector=vec, filters=hard, k=10)]
-    # last round: the anchor's own filter browsed deeper, the features as the query
+        terms = " ".join([*names, *readings, aspect.grade, *syn, *prefer]).split()
+        return [PlannedSearch(aspect=aspect.id, query_text=" ".join(terms), query_vector=vec, filters=exact, k=20)]
+    # last round: the anchor's own filter browsed deeper, the features as the query; and nearby
+    # (same area, or the anchor without the taste) for alternatives when nothing matches
     q = " ".join([aspect.brand_name, aspect.grade, *aspect.features]).strip() or " ".join(words)
-    return [PlannedSearch(aspect=aspect.id, query_text=q, query_vector=vec, filters=exact, k=20)]
+    out = [PlannedSearch(aspect=aspect.id, query_text=q, query_vector=vec, filters=exact, k=20)]
+    if aspect.near_regions:
+        out.append(
+            PlannedSearch(
+                aspect=aspect.id, query_text=q, query_vector=vec, filters=dict(hard, region=aspect.near_regions), k=10
+            )
+        )
+    return out

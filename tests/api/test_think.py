@@ -150,7 +150,6 @@ def test_dropping_the_history_but_keeping_the_state_still_counts(api, world):
 @pytest.mark.parametrize(
     "body",
     [
-        {"user_query": "x", "subject_id": "sake"},  # no request_id
         {"request_id": "r", "user_query": ""},
         {"request_id": "r", "user_query": "x", "constraints": {"max_loops": 0}},
         {"request_id": "r", "user_query": "x", "search_history": [{"results": [{"score": 1}]}]},
@@ -161,6 +160,16 @@ def test_malformed_bodies_are_the_contract_400(api, body):
     resp = api.post("/agent/librarian/think", json=body)
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["code"] == "BAD_REQUEST"
+
+
+def test_request_id_is_optional_and_generated_when_absent(api, world):
+    # a caller cannot be expected to invent a tracing id: without one the step answers 200 with one made up
+    body = step_body(world, f"{world['north']}の辛口")
+    del body["request_id"]
+    out = _step(api, body)
+    assert out["action"] == "SEARCH" and out["request_id"].startswith("req-") and len(out["request_id"]) > 8
+    again = _step(api, {**body, "state": out["state"]})  # the next step, still without one
+    assert again["request_id"].startswith("req-")
 
 
 def test_blank_question_is_error_invalid_input(api, world):

@@ -41,6 +41,19 @@ def test_job_runs_the_loop_and_returns_complete(client, world):
     assert job["progress"]["stage"] == "done" and job["progress"]["done"] == 1
 
 
+def test_job_without_request_id_is_accepted_and_gets_one(client, world):
+    # issue 25 item 4: a job POST without request_id answered 400; the id is generated like a trace id
+    body = step_body(world, f"{world['north']}の辛口")
+    del body["request_id"]
+    resp = client.post("/v1/think", json=body)
+    assert resp.status_code == 202, resp.text
+    job = wait_job(client, resp.json()["job_id"])
+    assert job["status"] == "succeeded", job
+    assert job["result"]["request_id"].startswith("req-") and job["result"]["action"] == "COMPLETE"
+    ids = {e["document_id"] for e in job["result"]["evidence"]}
+    assert ids & {world["ids"]["n_dry"], world["ids"]["n_dry_copy"]}
+
+
 def test_progress_is_recorded_per_round(client, world, redis_client):
     # a gap that is never filled: three rounds, each recorded as {stage: "round n/3", queries}
     q = f"{world['north']}の甘口と{world['south']}の甘口"
@@ -90,5 +103,8 @@ def test_webhook_carries_the_result(client, world):
 
 
 def test_bad_job_body_is_400(client):
-    resp = client.post("/v1/think", json={"user_query": "x"})
-    assert resp.status_code == 400
+    # a missing request_id is no longer bad (it is generated); a missing question or a bad field is
+    for body in ({"request_id": "r"}, {"user_query": "x", "constraints": {"max_loops": 0}}, {"user_query": ""}):
+        resp = client.post("/v1/think", json=body)
+        assert resp.status_code == 400, (body, resp.text)
+        assert resp.json()["error"]["code"] == "BAD_REQUEST"

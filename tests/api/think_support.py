@@ -87,3 +87,44 @@ def step_body(world: dict, question: str, **kw) -> dict:
         "subject_id": "sake",
         **kw,
     }
+
+
+def make_labels(specs: list[tuple[str, str, str, str, list[str]]], category: str = "sake") -> dict:
+    """Labels as ingest writes them, with real place names: (key, region, brand, grade, features)."""
+    from yana.clients import get_chroma, get_redis
+
+    r, chroma = get_redis(), get_chroma()
+    col, model = vector_index.active_collection(chroma, r)
+    emb = get_embedder(model)
+    ids: dict[str, str] = {}
+    chunks = []
+    for i, (key, region, brand, grade, feats) in enumerate(specs):
+        cid = f"label_people{uuid.uuid4().hex[:11]}"
+        rec = {
+            "id": cid,
+            "doc_id": cid,
+            "chunk_index": 0,
+            "source": "label",
+            "category": category,
+            "brand_name": brand,
+            "product_name": f"{brand} {grade}".strip(),
+            "brewery": f"{brand}酒造",
+            "region": region,
+            "label_features": feats,
+            "file_path": f"images/{cid}.png",
+            "hash_sha1": "",
+            "phash": f"{(i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF:016x}",
+            "ingested_at": "x",
+            "ingested_at_ts": 2.3e9 + i,
+        }
+        text = label_text(rec)
+        chunks.append({"id": cid, "text": text, "metadata": rec, "embedding": emb.embed_passages([text])[0]})
+        ids[key] = cid
+    vector_index.upsert_chunks(col, chunks, r=r, model=model)
+    return {
+        "ids": ids,
+        "col": col,
+        "r": r,
+        "chunk_ids": [c["id"] for c in chunks],
+        "meta": {c["id"]: c["metadata"] for c in chunks},
+    }

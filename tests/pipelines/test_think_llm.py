@@ -26,7 +26,7 @@ GOOD = json.dumps(
     ensure_ascii=False,
 )
 MALFORMED = '{"aspects": [{"region": "小樽"'  # cut off mid-object
-WRONG_SHAPE = json.dumps({"aspects": [{"label": "x", "category": "wine"}]})
+WRONG_SHAPE = json.dumps({"aspects": [{"label": "x", "category": "spaceship"}]})  # no such kind of drink
 
 
 @pytest.fixture()
