@@ -56,3 +56,21 @@ def ERRORS(*statuses: int) -> dict:  # noqa: N802 - reads like a constant in rou
     api.contract.include_router; those its policy implies (408, 413, 415, Idempotency-Key's 409
     and 422) are added by api.contract.openapi."""
     return {s: {"model": ErrorResponse, "description": DESCRIPTIONS[s]} for s in sorted(set(statuses))}
+
+
+def inline_schema(model: type[BaseModel]) -> dict:
+    """The model's JSON schema with its $defs inlined (the OpenAPI document has no $defs root)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def walk(node):
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.split("/")[-1]])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)

@@ -36,7 +36,7 @@ from starlette.datastructures import UploadFile
 
 from api.contract.policy import contract
 from api.jobs_common import JobAccepted, accept_job
-from api.schemas import ERRORS, Envelope
+from api.schemas import ERRORS, Envelope, inline_schema
 from pipelines.ingest import accept as ingest_accept
 from pipelines.labels.model import LabelFields
 from tasks import registry
@@ -199,24 +199,6 @@ def _accept(req: ingest_accept.IngestInput, s: Settings):
     return outcome
 
 
-def _inline_schema(model: type[BaseModel]) -> dict:
-    """The model's JSON schema with its $defs inlined (the OpenAPI document has no $defs root)."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def walk(node):
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return walk(defs[ref.split("/")[-1]])
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    return walk(schema)
-
-
 @router.post(
     "/ingest",
     operation_id="ingest",
@@ -237,7 +219,7 @@ def _inline_schema(model: type[BaseModel]) -> dict:
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {"schema": _inline_schema(IngestRequest)},
+                "application/json": {"schema": inline_schema(IngestRequest)},
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",

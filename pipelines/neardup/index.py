@@ -569,6 +569,19 @@ class PHashIndex:
             return Outcome("self", lid, 0, ph)
         return Outcome("dedup", lid, hamming(ph, phash_hex), ph)
 
+    def identify(self, phash_hex: str, sha1: str, verify: Verify | None) -> Outcome | None:
+        """What check_and_insert would answer for an image, without indexing it: the label with
+        the same bytes (distance 0, no score) or the one the second stage takes it for; else None."""
+        same = self.lookup_sha1(sha1)
+        if same:
+            return Outcome("dedup", same["id"], hamming(same["phash"], phash_hex), same["phash"])
+        synced = self._candidates(int(phash_hex, 16), None, "", verify)
+        entries = dict(synced.entries)
+        hit = self._judge(synced.candidates, verify, entries)
+        if hit is None:
+            return None
+        return Outcome("dedup", label_of_key(hit[0]), hit[1], score=hit[2], candidates=len(synced.candidates))
+
     def lookup_sha1(self, sha1: str) -> dict | None:
         return lookup_sha1(self.r, sha1, self.sha1_key)
 
