@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     retrieve_timeout_max_ms: int = 30_000
     # A request without options.timeout_ms embeds uncached texts for at most this long (a cold first
     # answer in about a second); the rest are ranked without vectors and embedded by a follow-up job.
-    retrieve_embed_budget_ms: int = 700
+    retrieve_embed_budget_ms: int = 1000
     # Over either cap the whole retrieve runs as a job (202), as with `Prefer: respond-async`.
     retrieve_max_sync_bytes: int = 5 * 1024 * 1024
     retrieve_max_sync_chunks: int = 5000

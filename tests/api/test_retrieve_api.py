@@ -152,3 +152,22 @@ def test_respond_async_runs_the_retrieve_as_a_job(api):
     result = job["result"]
     assert result["results"][0]["doc_id"] == "c-bread" and result["path"] == "extractor"
     assert not any("lexically only" in w for w in result["warnings"])
+
+
+def test_a_request_without_timeout_embeds_within_the_embedding_budget():
+    """Issue 23: a default request embeds for at most RETRIEVE_EMBED_BUDGET_MS (the rest is ranked
+    without vectors, warned about and embedded by the follow-up job); an explicit timeout_ms is the
+    caller's own budget, as before."""
+    from api.routes.retrieve import RetrieveRequest, _options
+    from yana.settings import get_settings
+
+    s = get_settings()
+    default = _options(RetrieveRequest(query="q", documents=[{"id": "a", "text": "x"}]))
+    assert default.embed_budget_ms == s.retrieve_embed_budget_ms and 0 < default.embed_budget_ms <= 1000
+    assert default.passage == "chunk"
+    explicit = _options(
+        RetrieveRequest(
+            query="q", documents=[{"id": "a", "text": "x"}], options={"timeout_ms": 5000, "passage": "window"}
+        )
+    )
+    assert explicit.embed_budget_ms is None and explicit.timeout_ms == 5000 and explicit.passage == "window"
