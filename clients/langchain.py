@@ -22,13 +22,17 @@ def _client(base_url: str, timeout: float, token: str | None) -> RetrieveClient:
 
 
 class YanaRetriever(BaseRetriever):
-    """Best passages of `documents` (dicts {id, text, metadata} or LangChain Documents)."""
+    """Best passages of `documents` (dicts {id, text, metadata} or LangChain Documents).
+    `passage`: what page_content is — "chunk" (the server's default: the chunk holding the
+    evidence, grown to whole sentences), "window" (up to three sentences) or "document"; the
+    evidence's byte ranges inside it are metadata["spans"]."""
 
     base_url: str
     documents: list[Any]
     timeout: float = 30.0
     token: str | None = None
     options: dict = {}
+    passage: str | None = None
 
     def _docs(self) -> list[dict]:
         out = []
@@ -42,7 +46,9 @@ class YanaRetriever(BaseRetriever):
         return out
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        body = _client(self.base_url, self.timeout, self.token).retrieve(query, self._docs(), self.options or None)
+        body = _client(self.base_url, self.timeout, self.token).retrieve(
+            query, self._docs(), self.options or None, passage=self.passage
+        )
         return [
             Document(
                 page_content=r["text"],

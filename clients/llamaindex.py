@@ -18,15 +18,26 @@ from clients.retrieve import RetrieveClient
 
 
 class YanaRetriever(BaseRetriever):
-    """Best passages of `documents` (dicts {id, text, metadata} or LlamaIndex Documents/TextNodes)."""
+    """Best passages of `documents` (dicts {id, text, metadata} or LlamaIndex Documents/TextNodes).
+    `passage`: what a node's text is — "chunk" (the server's default: the chunk holding the
+    evidence, grown to whole sentences), "window" (up to three sentences) or "document"; the
+    evidence's byte ranges inside it are metadata["spans"]."""
 
     def __init__(
-        self, base_url: str, documents: list[Any], *, options: dict | None = None, timeout: float = 30.0, token=None
+        self,
+        base_url: str,
+        documents: list[Any],
+        *,
+        options: dict | None = None,
+        timeout: float = 30.0,
+        token=None,
+        passage: str | None = None,
     ):
         super().__init__()
         self._client = RetrieveClient(base_url, timeout=timeout, token=token)
         self._documents = documents
         self._options = options
+        self._passage = passage
 
     def _docs(self) -> list[dict]:
         out = []
@@ -38,7 +49,7 @@ class YanaRetriever(BaseRetriever):
         return out
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        body = self._client.retrieve(query_bundle.query_str, self._docs(), self._options)
+        body = self._client.retrieve(query_bundle.query_str, self._docs(), self._options, passage=self._passage)
         return [
             NodeWithScore(
                 node=TextNode(

@@ -4,6 +4,7 @@ stored corpus), jobs, health and version. No dependency beyond Python itself.
     client = RetrieveClient("http://127.0.0.1:8000", timeout=30, token=None)
     client.health()
     client.retrieve("query", [{"id": "d1", "text": "...", "metadata": {}}], {"top_k": 3})
+    client.retrieve("query", docs, passage="window")  # text: chunk (default), window or document
     client.search("query", k=5)
 
 Every failure is a RetrieveError with the server's `code`, `retryable` and `trace_id`.
@@ -62,10 +63,22 @@ class RetrieveClient:
     def version(self) -> dict:
         return self._request("GET", "/v1/version")[1]
 
-    def retrieve(self, query: str, documents: list[dict], options: dict | None = None, *, wait: bool = True) -> dict:
+    def retrieve(
+        self,
+        query: str,
+        documents: list[dict],
+        options: dict | None = None,
+        *,
+        wait: bool = True,
+        passage: str | None = None,
+    ) -> dict:
         """The response body ({trace_id, results, warnings, path, ...}). A request the server runs as
-        a job (too large) is polled to its end when `wait`, else its 202 body is returned."""
+        a job (too large) is polled to its end when `wait`, else its 202 body is returned.
+        `passage` (options.passage): what each result's `text` is — "chunk" (the server's default:
+        the chunk holding the evidence, grown to whole sentences), "window" (up to three sentences)
+        or "document"; `spans` are the evidence's byte ranges inside it."""
         body: dict = {"query": query, "documents": documents}
+        options = with_passage(options, passage)
         if options:
             body["options"] = options
         status, out = self._request("POST", "/v1/retrieve", body)
@@ -73,9 +86,17 @@ class RetrieveClient:
             return self.job_result(self.wait_job(out["job_id"]))
         return out
 
-    def retrieve_async(self, query: str, documents: list[dict], options: dict | None = None, callback_url=None) -> dict:
+    def retrieve_async(
+        self,
+        query: str,
+        documents: list[dict],
+        options: dict | None = None,
+        callback_url=None,
+        *,
+        passage: str | None = None,
+    ) -> dict:
         """Run the retrieve as a job (`Prefer: respond-async`): the 202 body with `job_id`."""
-        body: dict = {"query": query, "documents": documents, "options": options or {}}
+        body: dict = {"query": query, "documents": documents, "options": with_passage(options, passage) or {}}
         if callback_url:
             body["callback_url"] = callback_url
         return self._request("POST", "/v1/retrieve", body, {"Prefer": "respond-async"})[1]
@@ -112,6 +133,13 @@ class RetrieveClient:
                 trace_id=job.get("trace_id"),
             )
         return job.get("result") or {}
+
+
+def with_passage(options: dict | None, passage: str | None) -> dict | None:
+    """`options` with options.passage set when `passage` is given (the argument wins)."""
+    if passage is None:
+        return options
+    return {**(options or {}), "passage": passage}
 
 
 def _error_of(exc: urllib.error.HTTPError) -> RetrieveError:

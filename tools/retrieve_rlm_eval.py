@@ -3,8 +3,8 @@
 For each question the extractor answers first (its results are the loop's evidence and fallback),
 then the loop runs with the given chat model (in the bench and the tests: the scripted test model,
 a real OpenAI-compatible server). Reported: hit@1/hit@3/MRR by document for both, the number of
-returned results whose text is not exactly the bytes their span names in their document
-(`fabricated`: must be 0), which path answered, passages the host dropped. Used by
+returned results whose text is not in their document verbatim or whose spans are not valid byte
+ranges inside that text (`fabricated`: must be 0), which path answered, passages the host dropped. Used by
 bench/retrieve_eval.py --llm and tests/pipelines/test_retrieve_rlm.py.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pipelines.retrieve import lexical_results
+from pipelines.retrieve import passage as PS
 from pipelines.retrieve import rank as R
 from pipelines.retrieve.rlm import ChatModel, LoopConfig, run_loop
 
@@ -25,6 +26,7 @@ def make_extractor(
     max_chunk_chars: int = 800,
     chunk_vectors: Callable | None = None,
     query_vector: Callable[[str], np.ndarray] | None = None,
+    passage: str = "chunk",
 ) -> Callable[[str, int], list[dict]]:
     """extract(query, k) → the extractor's top k results ({doc_id, score, text, spans}); hybrid
     when vectors are given, else lexical (BM25 fused with the neighbour context)."""
@@ -39,31 +41,44 @@ def make_extractor(
             chunk_vectors=chunk_vectors if qv is not None else None,
             query_vector=qv,
             windows=k + 32,
+            passage=passage,
         )
         ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))[:k]
-        return [
-            {
-                "doc_id": documents[r.doc_index]["id"],
-                "score": r.score,
-                "text": texts[r.doc_index][r.window[0] : r.window[1]],
-                "metadata": None,
-                "spans": [R.span_of(texts[r.doc_index], r.window)],
-            }
-            for r in ordered
-        ]
+        out = []
+        for r in ordered:
+            p = PS.Passage(r.window[0], r.window[1], r.evidence)
+            doc = texts[r.doc_index]
+            out.append(
+                {
+                    "doc_id": documents[r.doc_index]["id"],
+                    "score": r.score,
+                    "text": p.text(doc),
+                    "metadata": None,
+                    "spans": p.spans(doc),
+                }
+            )
+        return out
 
     return extract
 
 
 def fabricated(results: list[dict], documents: list[dict]) -> int:
-    """Results that are not exactly the bytes their span names in a real document."""
-    by_id = {d["id"]: d["text"].encode("utf-8") for d in documents}
+    """Results whose text is not verbatim in their (real) document, or without spans, or whose spans
+    are not non-empty byte ranges inside the text."""
+    by_id = {d["id"]: d["text"] for d in documents}
     bad = 0
     for r in results:
-        raw = by_id.get(r["doc_id"])
+        doc = by_id.get(r["doc_id"])
+        raw = r["text"].encode("utf-8")
         spans = r.get("spans") or []
-        if raw is None or not spans or any(raw[s["start"] : s["end"]] != r["text"].encode("utf-8") for s in spans):
+        whole = doc is not None and bool(r["text"]) and r["text"] in doc and bool(spans)
+        if not whole or any(not (0 <= s["start"] < s["end"] <= len(raw)) for s in spans):
             bad += 1
+        else:
+            try:
+                [raw[s["start"] : s["end"]].decode("utf-8") for s in spans]
+            except UnicodeDecodeError:  # a span that cuts a character
+                bad += 1
     return bad
 
 

@@ -50,11 +50,21 @@ class RetrieveOptions(BaseModel):
     min_score: float = Field(0.0, ge=0.0, le=1.0)
     include_spans: bool = True
     timeout_ms: int | None = Field(
-        None, ge=1, description="time budget for embedding (default RETRIEVE_TIMEOUT_MS, capped)"
+        None,
+        ge=1,
+        description="time budget for embedding (capped by RETRIEVE_TIMEOUT_MAX_MS); when absent a request embeds"
+        " for at most RETRIEVE_EMBED_BUDGET_MS and ranks what is left without vectors (`warnings` says so)"
+        " while a follow-up job embeds it for the next request",
     )
     mode: Literal["auto", "extractor"] = Field(
         "auto",
         description="auto: the LLM loop when an LLM is configured (else the extractor); extractor: never the LLM",
+    )
+    passage: Literal["chunk", "window", "document"] = Field(
+        "chunk",
+        description="what `text` is: chunk = the chunk holding the evidence, grown to whole sentences around it"
+        " within max_chunk_chars; window = the best window of up to three sentences; document = the whole"
+        " document. `spans` are the evidence's UTF-8 byte ranges inside `text` in every mode",
     )
 
 
@@ -73,6 +83,8 @@ class RetrieveRequest(BaseModel):
 
 
 class Span(BaseModel):
+    """UTF-8 byte range of evidence inside the result's `text`: text.encode()[start:end]."""
+
     start: int
     end: int
 
@@ -80,9 +92,9 @@ class Span(BaseModel):
 class RetrieveResult(BaseModel):
     doc_id: str
     score: float = Field(ge=0.0, le=1.0)
-    text: str
+    text: str = Field(description="the passage (options.passage) holding the evidence")
     metadata: dict[str, Any] | None = None
-    spans: list[Span]
+    spans: list[Span] = Field(description="the evidence's UTF-8 byte ranges inside `text` (several when split)")
 
 
 class RetrieveResponse(Envelope):
@@ -99,7 +111,10 @@ def _options(req: RetrieveRequest) -> P.Options:
     s = get_settings()
     o = req.options
     timeout = min(o.timeout_ms or s.retrieve_timeout_ms, s.retrieve_timeout_max_ms)
-    return P.Options(o.top_k, o.max_chunk_chars, o.min_score, o.include_spans, timeout, o.mode)
+    # Without an explicit timeout_ms a request embeds for at most RETRIEVE_EMBED_BUDGET_MS (the rest is
+    # ranked without vectors and embedded by the follow-up job); with one, for up to that budget.
+    budget = None if o.timeout_ms is not None else s.retrieve_embed_budget_ms
+    return P.Options(o.top_k, o.max_chunk_chars, o.min_score, o.include_spans, timeout, o.mode, o.passage, budget)
 
 
 def _wants_async(request: Request) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipelines.retrieve import passage as PS
 from pipelines.retrieve import rank as R
 from pipelines.retrieve.vectors import passage_vectors, query_vector
 
@@ -31,6 +32,10 @@ class Options:
     include_spans: bool = True
     timeout_ms: int = 10_000
     mode: str = "auto"  # auto: the LLM loop when one is configured; extractor: never the LLM
+    passage: str = "chunk"  # chunk: the evidence's chunk grown around it; window: <= 3 sentences; document
+    # Time a request spends embedding texts missing from the cache (None: up to timeout_ms); the rest
+    # are ranked without their vectors (warnings say which) and embedded by a follow-up job.
+    embed_budget_ms: int | None = None
 
 
 @dataclass
@@ -93,8 +98,11 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
         qv = None
         warnings.append("the embedding model is unavailable: ranked lexically only")
 
-    # Embedding stops early enough to leave time for ranking and the answer within the budget.
+    # Embedding stops early enough to leave time for ranking and the answer within the budget, and
+    # at the embedding budget (a cold request answers in about that much more than a warm one).
     embed_deadline = deadline - min(1.0, 0.1 * max(0.0, deadline - t0))
+    if options.embed_budget_ms is not None:
+        embed_deadline = min(embed_deadline, t0 + options.embed_budget_ms / 1000.0)
 
     got: list = []
 
@@ -110,6 +118,7 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
         chunk_vectors=chunk_vectors if qv is not None else None,
         query_vector=qv,
         windows=options.top_k + 32,  # passages only for what can be returned (margin: ties by doc_id)
+        passage=options.passage,
     )
     n = len(ranking.chunks)
     if got:
@@ -131,9 +140,9 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
         if r.score < options.min_score:
             continue
         doc = documents[r.doc_index]
-        a, b = r.window
-        item = {"doc_id": doc["id"], "score": r.score, "text": doc["text"][a:b], "metadata": doc.get("metadata")}
-        item["spans"] = [R.span_of(doc["text"], r.window)] if options.include_spans else []
+        p = PS.Passage(r.window[0], r.window[1], r.evidence)
+        item = {"doc_id": doc["id"], "score": r.score, "text": p.text(doc["text"]), "metadata": doc.get("metadata")}
+        item["spans"] = p.spans(doc["text"]) if options.include_spans else []
         results.append(item)
         if len(results) >= options.top_k:
             break
@@ -152,8 +161,17 @@ def llm_model(options: Options):
     return build_model(get_settings())
 
 
-def lexical_results(query: str, documents: list[dict], k: int, max_chunk_chars: int = 800) -> list[dict]:
-    ranking = R.rank(query, [d["text"] for d in documents], max_chunk_chars=max_chunk_chars, mode="lexical", windows=k)
+def lexical_results(
+    query: str, documents: list[dict], k: int, max_chunk_chars: int = 800, passage: str = "chunk"
+) -> list[dict]:
+    ranking = R.rank(
+        query,
+        [d["text"] for d in documents],
+        max_chunk_chars=max_chunk_chars,
+        mode="lexical",
+        windows=k,
+        passage=passage,
+    )
     ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))[:k]
     return [
         {
@@ -195,13 +213,15 @@ def retrieve(
         documents,
         model=model,
         extract=extract,
-        lexical=lambda q, k: lexical_results(q, documents, k, options.max_chunk_chars),
+        lexical=lambda q, k: lexical_results(q, documents, k, options.max_chunk_chars, options.passage),
         baseline=base.results,
         config=cfg,
         top_k=options.top_k,
         min_score=options.min_score,
         include_spans=options.include_spans,
         deadline=loop_deadline,
+        passage=options.passage,
+        max_chunk_chars=options.max_chunk_chars,
     )
     if out.path == "extractor" and not options.include_spans:
         for r in out.results:

@@ -69,7 +69,9 @@ def _chunk_cache(text: str, max_chars: int) -> tuple[Chunk, ...]:
     return tuple(_chunk(0, text, max_chars))
 
 
-def _chunk(doc_index: int, text: str, max_chars: int) -> list[Chunk]:
+def pieces(text: str, max_chars: int) -> list[tuple[int, int, bool]]:
+    """The document's sentences as (start, end, paragraph_end), a sentence longer than `max_chars`
+    cut into pieces (at a space when there is one): the units chunks and passages are made of."""
     pieces: list[tuple[int, int, bool]] = []
     for s in sentences(text):
         start = s.start
@@ -82,6 +84,16 @@ def _chunk(doc_index: int, text: str, max_chars: int) -> list[Chunk]:
                 start += 1
         if s.end > start:
             pieces.append((start, s.end, s.paragraph_end))
+    return pieces
+
+
+@lru_cache(maxsize=2_000)
+def pieces_cached(text: str, max_chars: int) -> tuple[tuple[int, int, bool], ...]:
+    return tuple(pieces(text, max_chars))
+
+
+def _chunk(doc_index: int, text: str, max_chars: int) -> list[Chunk]:
+    pieces = pieces_cached(text, max_chars)
     chunks: list[Chunk] = []
     current: list[tuple[int, int, bool]] = []
 

@@ -1,5 +1,15 @@
 """The deterministic hybrid extractor: chunks → BM25 + dense cosine → fused → one passage per document.
 
+With vectors (the API's path) the fusion is linear (issue 25; chosen on the bench's dev halves of
+the en, ja and pyfaq sets over reciprocal-rank fusion, which found as many top-3 answers but fewer
+first ones): a chunk's dense value — its own cosine (CONTEXT_SELF_WEIGHT) + the cosines of its two
+neighbour pairs + SENTENCE_WEIGHT x its best sentence's cosine — standardised over the request's
+chunks that have a vector (mean 0, sd 1; a chunk without one gets the lowest standardised value),
+plus LINEAR_LEX_WEIGHT x its BM25 score over the request's best BM25 score. Score = the logistic of
+that value: in 0..1, ordered as the ranking, the same for the same input. Without vectors (no model,
+or mode "lexical" with `fuse`) the reciprocal-rank fusion below ranks lexically.
+
+Reciprocal-rank fusion (`fuse`, used without vectors):
 Ranking, per chunk of the request's documents:
   * BM25 (k1 1.2, b 0.75) over the request's chunks, query terms weighted by their IDF in the
     request (a term in every chunk says nothing) — terms from pipelines.retrieve.terms;
@@ -12,7 +22,11 @@ Ranking, per chunk of the request's documents:
   * neighbouring context: a chunk inherits NEIGHBOUR_WEIGHT of its best neighbour's fused value
     (adjacent chunks of the document, or adjacent documents in request order when each document is
     one paragraph), since an answer's topic is often named in the paragraph next to it.
-A document's score is its best chunk's; the passage is that chunk's best window of sentences.
+A document's score is its best chunk's. Its evidence is that chunk's best sentence by dense cosine
+(when the chunk was shortlisted for sentence evidence) and its best sentence by IDF-weighted query
+terms — one span, or two when they are apart; the passage around it is chosen by
+pipelines.retrieve.passage ("chunk": the chunk, grown to whole sentences around the evidence within
+max_chunk_chars; "window": the best window of up to three sentences; "document": all of it).
 Scores are the fused value over its largest possible value, so 0..1 and the same for the same input.
 """
 
@@ -25,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipelines.retrieve import passage as P
 from pipelines.retrieve import terms as T
 from pipelines.retrieve.chunks import Chunk, byte_span, chunk_document
 
@@ -36,14 +51,17 @@ NEIGHBOUR_WEIGHT = 0.15
 # A chunk's own cosine counts 3x, its two neighbour-pair cosines once each: chosen on the bench's dev
 # half (1, 1.5, 2, 3, 4 tried; 3 best on English dev, 2 and 3 tie on Japanese dev; 2 vs 3 is within
 # one question, and the int8 encoder's batch-dependent vectors move that much).
-CONTEXT_SELF_WEIGHT = 3.0
+CONTEXT_SELF_WEIGHT = 1.0  # linear fusion: own + two pair cosines + best sentence, equal weights
 # Sentence evidence: for the SENTENCE_TOP_N best chunks of a first fusion, the cosine of the chunk's
 # best sentence (windows of SENTENCE_SPAN sentences) is added SENTENCE_WEIGHT times to its dense
 # value (the others add their own cosine instead), so a chunk with one answering sentence among
 # others is not diluted by them. Chosen on the bench's dev halves (weights 0.5-5 and spans 1-2
 # tried; 1.5-2 and span 1 best in both languages). The shortlist is for speed (a warm request
 # reads the vectors of its sentences): the dev halves rank the same with every sentence scored.
-SENTENCE_WEIGHT = 2.0
+SENTENCE_WEIGHT = 1.0
+# Linear fusion (dev halves of en/ja/pyfaq: BM25-over-max weights 0.1-1.3, self 1-4, sentence 0-4,
+# neighbour 0-0.3 tried; 0.3 / 1 / 1 / 0 best on the sum of hit@1).
+LINEAR_LEX_WEIGHT = 0.3
 SENTENCE_SPAN = 1
 SENTENCE_TOP_N = 40
 WINDOW_SENTENCES = 3
@@ -56,6 +74,7 @@ class Ranked:
     chunk: Chunk
     score: float
     window: tuple[int, int]  # character offsets of the passage in the document
+    evidence: tuple[tuple[int, int], ...] = ()  # character windows of the evidence in the document
 
 
 @dataclass
@@ -66,6 +85,7 @@ class Ranking:
     lexical_only: list[int] = field(default_factory=list)  # chunk indexes ranked without a vector
     context_missing: list[str] = field(default_factory=list)  # neighbour-pair texts without a vector
     sentences_missing: list[str] = field(default_factory=list)  # shortlisted sentences without a vector
+    best_sentence: dict[int, tuple[int, int]] = field(default_factory=dict)  # chunk → its best sentence by cosine
 
 
 def chunk_all(texts: list[str], max_chunk_chars: int) -> list[Chunk]:
@@ -122,14 +142,18 @@ def sentence_units(texts: list[str], chunks: list[Chunk], only=None) -> list[tup
     """(chunk index, text) of every window of SENTENCE_SPAN consecutive sentences inside a chunk that
     has more sentences than that (a shorter chunk is its own unit); none when SENTENCE_WEIGHT is 0.
     `only`: just these chunk indexes."""
+    return [(i, texts[chunks[i].doc_index][a:b]) for i, (a, b) in unit_windows(chunks, only)]
+
+
+def unit_windows(chunks: list[Chunk], only=None) -> list[tuple[int, tuple[int, int]]]:
+    """(chunk index, character window in its document) of the units of `sentence_units`, same order."""
     if SENTENCE_WEIGHT <= 0:
         return []
     out = []
     for i in sorted(only) if only is not None else range(len(chunks)):
-        c = chunks[i]
-        s = c.sentences
+        s = chunks[i].sentences
         for k in range(len(s) - SENTENCE_SPAN + 1 if len(s) > SENTENCE_SPAN else 0):
-            out.append((i, texts[c.doc_index][s[k][0] : s[k + SENTENCE_SPAN - 1][1]]))
+            out.append((i, (s[k][0], s[k + SENTENCE_SPAN - 1][1])))
     return out
 
 
@@ -154,13 +178,16 @@ def _with_context(own: np.ndarray, pairs: list[tuple[int, int]], pair_cos: np.nd
     return CONTEXT_SELF_WEIGHT * own + before + after
 
 
-def _best_unit(own: np.ndarray, units: list[tuple[int, str]], unit_cos: np.ndarray, unit_ok: np.ndarray):
+def _best_unit(own: np.ndarray, units: list, unit_cos: np.ndarray, unit_ok: np.ndarray, where=None):
     """Per chunk, the best cosine among its sentence windows; its own cosine when it has none (or
-    none has a vector yet)."""
+    none has a vector yet). `where`: filled with chunk → the best window's position."""
     best = np.full(len(own), -np.inf)
-    for k, (i, _) in enumerate(units):
+    for k, u in enumerate(units):
+        i = u[0]
         if unit_ok[k] and unit_cos[k] > best[i]:
             best[i] = unit_cos[k]
+            if where is not None:
+                where[i] = u[-1]
     return np.where(np.isfinite(best), best, own)
 
 
@@ -168,16 +195,19 @@ def _with_sentences(query, texts, chunks, lexical, dense, own, valid, chunk_vect
     """The dense values plus SENTENCE_WEIGHT x best-sentence cosine for the SENTENCE_TOP_N chunks
     that a first fusion ranks best (own cosine for the rest, and for a shortlisted chunk whose
     sentences have no vector yet: those are listed in out.sentences_missing)."""
-    first, _ = fuse(query, chunks, lexical, dense, valid, doc_count=len(texts))
+    first = fuse_linear(lexical, dense + SENTENCE_WEIGHT * own, valid)
     order = sorted((i for i in range(len(chunks)) if valid[i]), key=lambda i: (-first[i], i))
     top = order[:SENTENCE_TOP_N] if SENTENCE_TOP_N > 0 else order
     pos = {i: k for k, i in enumerate(top)}  # asked for best chunk first (a cold request's budget)
-    units = sorted(sentence_units(texts, chunks, set(top)), key=lambda u: pos[u[0]])
+    units = sorted(
+        ((i, texts[chunks[i].doc_index][a:b], (a, b)) for i, (a, b) in unit_windows(chunks, set(top))),
+        key=lambda u: pos[u[0]],
+    )
     if not units:
         return dense + SENTENCE_WEIGHT * own
-    vecs, present = chunk_vectors([t for _, t in units])
-    out.sentences_missing = [t for k, (_, t) in enumerate(units) if not present[k]]
-    return dense + SENTENCE_WEIGHT * _best_unit(own, units, vecs @ query_vector, present)
+    vecs, present = chunk_vectors([u[1] for u in units])
+    out.sentences_missing = [u[1] for k, u in enumerate(units) if not present[k]]
+    return dense + SENTENCE_WEIGHT * _best_unit(own, units, vecs @ query_vector, present, out.best_sentence)
 
 
 def _vectors_by_promise(chunk_vectors, chunks: list[Chunk], lexical: np.ndarray, pairs, ptexts: list[str]):
@@ -269,6 +299,20 @@ def fuse(
     return fused, best
 
 
+def fuse_linear(lexical: np.ndarray, dense: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Standardised dense value (over the chunks with a vector; the others get the lowest) plus
+    LINEAR_LEX_WEIGHT x BM25 over the best BM25 of the request."""
+    top = float(lexical.max()) if len(lexical) else 0.0
+    lex = lexical / top if top > 0 else np.zeros(len(lexical))
+    if not valid.any():
+        return LINEAR_LEX_WEIGHT * lex
+    v = dense[valid]
+    sd = float(v.std())
+    z = (dense - float(v.mean())) / (sd if sd > 1e-12 else 1.0)
+    z = np.where(valid, z, float(z[valid].min()))
+    return z + LINEAR_LEX_WEIGHT * lex
+
+
 def _neighbour_best(chunks: list[Chunk], fused: np.ndarray, doc_count: int) -> np.ndarray:
     """Best fused value among each chunk's neighbours: the chunks next to it in its document, and
     — when documents are single chunks (paragraphs) — the documents next to it in request order."""
@@ -284,13 +328,34 @@ def _neighbour_best(chunks: list[Chunk], fused: np.ndarray, doc_count: int) -> n
     return out
 
 
+def _sentence_weights(query_terms: set[str], idf: dict[str, float], chunk: Chunk, text: str) -> list[float]:
+    return [sum(idf.get(t, 0.0) for t in set(T.terms(text[a:b])) & query_terms) for a, b in chunk.sentences]
+
+
+def evidence_of(
+    query_terms: set[str], idf: dict[str, float], chunk: Chunk, text: str, best_sentence: tuple[int, int] | None
+) -> tuple[tuple[int, int], ...]:
+    """The chunk's evidence: its best sentence by cosine (when known) and its best sentence by
+    IDF-weighted query terms (earliest on ties; none when no term matches), in document order;
+    the whole chunk when there is neither."""
+    ev = set()
+    if best_sentence is not None:
+        ev.add(best_sentence)
+    if query_terms and len(chunk.sentences) > 1:
+        weights = _sentence_weights(query_terms, idf, chunk, text)
+        k = max(range(len(weights)), key=lambda j: (weights[j], -j))
+        if weights[k] > 0:
+            ev.add(chunk.sentences[k])
+    return tuple(sorted(ev)) or ((chunk.start, chunk.end),)
+
+
 def best_window(query_terms: set[str], idf: dict[str, float], chunk: Chunk, text: str) -> tuple[int, int]:
     """The run of up to WINDOW_SENTENCES sentences of the chunk with the most IDF-weighted query
     terms (earliest on ties); the whole chunk when nothing matches."""
     sents = chunk.sentences
     if len(sents) <= WINDOW_SENTENCES or not query_terms:
         return chunk.start, chunk.end
-    weights = [sum(idf.get(t, 0.0) for t in set(T.terms(text[a:b])) & query_terms) for a, b in sents]
+    weights = _sentence_weights(query_terms, idf, chunk, text)
     best_i, best_w = 0, -1.0
     for i in range(len(sents) - WINDOW_SENTENCES + 1):
         w = sum(weights[i : i + WINDOW_SENTENCES])
@@ -310,9 +375,12 @@ def rank(
     query_vector: np.ndarray | None = None,
     mode: str = "hybrid",
     windows: int | None = None,
+    passage: str = "chunk",
 ) -> Ranking:
     """Rank documents `texts` for `query`. `chunk_vectors(chunk_texts)` returns (n x dim vectors,
-    bool present); None or mode "lexical" ranks lexically. mode "dense" ranks by cosine only."""
+    bool present); None or mode "lexical" ranks lexically. mode "dense" ranks by cosine only.
+    `passage`: what each of the `windows` best results' window covers (pipelines.retrieve.passage
+    modes, or "bare": the ranked chunk itself, as a plain chunk retriever returns it)."""
     chunks, bm25 = _index(texts, max_chunk_chars)
     out = Ranking([], chunks)
     if not chunks:
@@ -334,7 +402,7 @@ def rank(
         out.context_missing = [t for k, t in enumerate(ptexts) if not present[n + k]]
         if mode == "hybrid" and SENTENCE_WEIGHT > 0 and valid.any():
             dense = _with_sentences(query, texts, chunks, lexical, dense, own, valid, chunk_vectors, query_vector, out)
-    if mode == "lexical" or dense is None:
+    if mode == "lexical" or dense is None or (mode == "hybrid" and valid is not None and not valid.any()):
         fused, best = (
             fuse(query, chunks, lexical, None, None, doc_count=len(texts))
             if mode != "lexical"
@@ -346,8 +414,9 @@ def rank(
     elif mode == "dense":  # the plain vector baseline: the chunk's own cosine, no context
         assert valid is not None  # set together with dense
         fused, best = np.where(valid, (dense + 1) / 2, 0.0), 1.0
-    else:
-        fused, best = fuse(query, chunks, lexical, dense, valid, doc_count=len(texts))
+    else:  # hybrid with vectors: linear fusion, its logistic as the score
+        assert valid is not None
+        fused, best = 1.0 / (1.0 + np.exp(-fuse_linear(lexical, dense, valid))), 1.0
     # One result per document: its best chunk.
     by_doc: dict[int, int] = {}
     for i, c in enumerate(chunks):
@@ -358,10 +427,18 @@ def rank(
     for d, i in by_doc.items():
         score = float(min(1.0, max(0.0, fused[i] / best))) if best > 0 else 0.0
         out.ranked.append(Ranked(d, chunks[i], round(score, 6), (chunks[i].start, chunks[i].end)))
-    # The sentence window only for the documents that can be returned (`windows` best).
+    # Evidence and passage only for the documents that can be returned (`windows` best).
     out.ranked.sort(key=lambda r: (-r.score, r.doc_index))
+    index_of = {(c.doc_index, c.ordinal): i for i, c in enumerate(chunks)}
     for r in out.ranked[: len(out.ranked) if windows is None else windows]:
-        r.window = best_window(qset, bm25.idf, r.chunk, texts[r.doc_index])
+        doc = texts[r.doc_index]
+        ev = evidence_of(qset, bm25.idf, r.chunk, doc, out.best_sentence.get(index_of[(r.doc_index, r.chunk.ordinal)]))
+        if passage == "bare":
+            r.window, r.evidence = (r.chunk.start, r.chunk.end), ev
+            continue
+        short = best_window(qset, bm25.idf, r.chunk, doc) if passage == "window" else None
+        p = P.around(doc, list(ev), max_chunk_chars, passage, short)
+        r.window, r.evidence = (p.start, p.end), p.evidence
     return out
 
 

@@ -10,7 +10,10 @@ reported usage, sub-queries included).
 
 The host trusts nothing the model returns: every passage is re-found in the source text (exactly,
 else with whitespace runs collapsed), its byte span computed here, and a passage that cannot be
-found (or names an unknown document) is dropped. A result's score blends the model's
+found (or names an unknown document) is dropped. A verified passage is the evidence: the result's
+`text` is the passage around it as the extractor makes one (options.passage: its chunk grown to
+whole sentences, the short window, or the document) and `spans` its byte ranges inside that text.
+A result's score blends the model's
 self-assessment with the extractor's evidence for that document:
     score = w * self_assessment + (1 - w) * extractor_score      (w = RETRIEVE_LLM_SCORE_WEIGHT)
 and the extractor's other candidates follow with (1 - w) * extractor_score. Any failure (the
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from pipelines.retrieve.chunks import byte_span
+from pipelines.retrieve import passage as PS
 from pipelines.retrieve.sandbox import Limits, Sandbox, SandboxError
 
 log = logging.getLogger("yana.retrieve.rlm")
@@ -178,24 +181,27 @@ def blend(
     top_k: int,
     min_score: float,
     include_spans: bool,
+    passage: str = "chunk",
+    max_chunk_chars: int = 800,
 ) -> list[dict]:
     """The model's verified passages scored w*self + (1-w)*evidence, then the extractor's other
-    candidates at (1-w)*evidence; sorted by score, ties by doc_id."""
+    candidates at (1-w)*evidence (their text and spans as the extractor gave them); sorted by
+    score, ties by doc_id."""
     docs = {d["id"]: d for d in documents}
     evidence = {r["doc_id"]: float(r["score"]) for r in baseline}
     rows = []
     for doc_id, ((a, b), self_score) in picked.items():
         text = docs[doc_id]["text"]
-        rows.append((weight * self_score + (1 - weight) * evidence.get(doc_id, 0.0), doc_id, text[a:b], (a, b), text))
+        p = PS.around(text, [(a, b)], max_chunk_chars, passage, (a, b))
+        score = weight * self_score + (1 - weight) * evidence.get(doc_id, 0.0)
+        rows.append((score, doc_id, p.text(text), p.spans(text)))
     for r in baseline:
         if r["doc_id"] in picked:
             continue
-        text = docs[r["doc_id"]]["text"]
-        window = refind(text, r["text"]) or (0, len(text))
-        rows.append(((1 - weight) * float(r["score"]), r["doc_id"], text[window[0] : window[1]], window, text))
+        rows.append(((1 - weight) * float(r["score"]), r["doc_id"], r["text"], r.get("spans") or []))
     rows.sort(key=lambda x: (-x[0], x[1]))
     out = []
-    for score, doc_id, passage, window, text in rows:
+    for score, doc_id, text, spans in rows:
         score = round(min(1.0, max(0.0, score)), 6)
         if score < min_score:
             continue
@@ -203,9 +209,9 @@ def blend(
             {
                 "doc_id": doc_id,
                 "score": score,
-                "text": passage,
+                "text": text,
                 "metadata": docs[doc_id].get("metadata"),
-                "spans": [byte_span(text, *window)] if include_spans else [],
+                "spans": spans if include_spans else [],
             }
         )
         if len(out) >= top_k:
@@ -255,6 +261,8 @@ def run_loop(
     min_score: float = 0.0,
     include_spans: bool = True,
     deadline: float | None = None,
+    passage: str = "chunk",
+    max_chunk_chars: int = 800,
 ) -> LoopResult:
     """The loop. `baseline`: the extractor's results for `query` (its top `evidence_k`), both the
     evidence and the fallback. Never raises: a failure is the extractor's answer with a warning."""
@@ -331,6 +339,8 @@ def run_loop(
         top_k=top_k,
         min_score=min_score,
         include_spans=include_spans,
+        passage=passage,
+        max_chunk_chars=max_chunk_chars,
     )
     warnings = [f"answered by the LLM loop ({stats['iterations']} iterations, {stats['tokens']} tokens)"]
     if dropped:

@@ -27,6 +27,19 @@ def _post(api: httpx.Client, body, **kw) -> httpx.Response:
     return api.post("/v1/retrieve", json=body, **kw)
 
 
+def _evidence(result: dict, doc: str) -> list[str]:
+    """The result's text is verbatim in its document and every span is a non-empty UTF-8 byte range
+    inside that text: the evidence pieces."""
+    assert result["text"] and result["text"] in doc
+    raw = result["text"].encode("utf-8")
+    assert result["spans"]
+    out = []
+    for s in result["spans"]:
+        assert 0 <= s["start"] < s["end"] <= len(raw), (s, len(raw))
+        out.append(raw[s["start"] : s["end"]].decode("utf-8"))
+    return out
+
+
 def test_seed_contract_and_exact_spans(api):
     r = _post(api, {"query": "小樽の酒蔵はいつ始まった", "documents": DOCS})
     assert r.status_code == 200, r.text
@@ -40,8 +53,7 @@ def test_seed_contract_and_exact_spans(api):
     by_id = {d["id"]: d for d in DOCS}
     for x in results:
         assert 0.0 <= x["score"] <= 1.0
-        raw = by_id[x["doc_id"]]["text"].encode("utf-8")
-        assert [raw[s["start"] : s["end"]].decode("utf-8") for s in x["spans"]] == [x["text"]]
+        _evidence(x, by_id[x["doc_id"]]["text"])
     assert results[0]["text"] in JA_DOC
 
 
@@ -53,10 +65,39 @@ def test_options_top_k_min_score_spans_and_determinism(api):
     none = _post(api, {"query": "bread", "documents": DOCS, "options": {"min_score": 1.0}}).json()
     assert all(x["score"] >= 1.0 for x in none["results"])
     emoji = _post(api, {"query": "🍞 crowds marched", "documents": DOCS, "options": {"max_chunk_chars": 30}}).json()
-    text = DOCS[2]["text"].encode("utf-8")
     top = emoji["results"][0]
-    span = top["spans"][0]
-    assert top["doc_id"] == "c-bread" and text[span["start"] : span["end"]].decode("utf-8") == top["text"]
+    assert top["doc_id"] == "c-bread" and len(top["text"]) <= 30
+    assert "🍞" in "".join(_evidence(top, DOCS[2]["text"]))
+
+
+# Three sentences full of the query's words, then the one that answers (1947), then more: today's
+# short window stopped before the answer.
+HARBOUR = (
+    "The harbour of Otaru froze over in a hard winter. The frozen harbour stopped the herring boats of Otaru. "
+    "Otaru's harbour master wrote about the frozen harbour every day. That winter was the winter of 1947. "
+    "Spring came late. 港は凍った 🌊."
+)
+
+
+def test_passage_modes_text_holds_the_evidence_and_spans_point_inside_it(api):
+    docs = [*DOCS, {"id": "harbour", "text": HARBOUR}]
+    query = "when did the harbour of Otaru freeze over"
+    got = {}
+    for mode in (None, "chunk", "window", "document"):
+        options = {"top_k": 2} | ({"passage": mode} if mode else {})
+        r = _post(api, {"query": query, "documents": docs, "options": options})
+        assert r.status_code == 200, r.text
+        top = r.json()["results"][0]
+        assert top["doc_id"] == "harbour"
+        pieces = _evidence(top, HARBOUR)
+        assert all(p.strip() == p and p in top["text"] for p in pieces)
+        got[mode] = top["text"]
+    assert got[None] == got["chunk"] == HARBOUR  # the default: the chunk, here the whole paragraph
+    assert "That winter was the winter of 1947." in got["chunk"]
+    assert "1947" not in got["window"] and got["window"] in HARBOUR  # today's three-sentence window
+    assert got["document"] == HARBOUR
+    bad = _post(api, {"query": query, "documents": docs, "options": {"passage": "paragraph"}})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "UNPROCESSABLE"
 
 
 def _error(r: httpx.Response, status: int, code: str) -> dict:
@@ -111,3 +152,22 @@ def test_respond_async_runs_the_retrieve_as_a_job(api):
     result = job["result"]
     assert result["results"][0]["doc_id"] == "c-bread" and result["path"] == "extractor"
     assert not any("lexically only" in w for w in result["warnings"])
+
+
+def test_a_request_without_timeout_embeds_within_the_embedding_budget():
+    """Issue 23: a default request embeds for at most RETRIEVE_EMBED_BUDGET_MS (the rest is ranked
+    without vectors, warned about and embedded by the follow-up job); an explicit timeout_ms is the
+    caller's own budget, as before."""
+    from api.routes.retrieve import RetrieveRequest, _options
+    from yana.settings import get_settings
+
+    s = get_settings()
+    default = _options(RetrieveRequest(query="q", documents=[{"id": "a", "text": "x"}]))
+    assert default.embed_budget_ms == s.retrieve_embed_budget_ms and 0 < default.embed_budget_ms <= 1000
+    assert default.passage == "chunk"
+    explicit = _options(
+        RetrieveRequest(
+            query="q", documents=[{"id": "a", "text": "x"}], options={"timeout_ms": 5000, "passage": "window"}
+        )
+    )
+    assert explicit.embed_budget_ms is None and explicit.timeout_ms == 5000 and explicit.passage == "window"

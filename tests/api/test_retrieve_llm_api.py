@@ -55,9 +55,15 @@ def _script(model: ScriptedModel, code: str) -> None:
 
 
 def _exact(results: list[dict]) -> None:
-    by_id = {d["id"]: d["text"].encode("utf-8") for d in DOCS}
+    """Each text is verbatim in its document (the passage around the host-verified evidence) and its
+    spans are byte ranges inside that text."""
+    by_id = {d["id"]: d["text"] for d in DOCS}
     for r in results:
-        assert [by_id[r["doc_id"]][s["start"] : s["end"]].decode("utf-8") for s in r["spans"]] == [r["text"]]
+        assert r["text"] in by_id[r["doc_id"]] and r["spans"]
+        raw = r["text"].encode("utf-8")
+        for s in r["spans"]:
+            assert 0 <= s["start"] < s["end"] <= len(raw)
+            raw[s["start"] : s["end"]].decode("utf-8")
 
 
 def test_llm_loop_answers_with_exact_spans(client, model):
@@ -104,3 +110,28 @@ def test_loop_over_the_request_budget_runs_as_a_job(client, model):
     calls = model.requests
     plain = client.post("/v1/retrieve", json={**body, "options": {"timeout_ms": 2000, "mode": "extractor"}})
     assert plain.status_code == 200 and plain.json()["path"] == "extractor" and model.requests == calls
+
+
+ONE_SENTENCE = """```python
+FINAL([{"doc_id": "harbour", "text": "Boats stayed in port for a month.", "score": 0.9}])
+```"""
+
+
+def test_llm_answers_passages_around_the_verified_evidence(client, model):
+    """The model names one sentence; the host finds it and returns the passage of options.passage
+    around it (the chunk by default), the sentence as the span inside that text."""
+    _script(model, ONE_SENTENCE)
+    texts = {}
+    for mode in ("chunk", "window", "document"):
+        body = {"query": "how long did boats stay in port", "documents": DOCS, "options": {"passage": mode}}
+        out = client.post("/v1/retrieve", json=body).json()
+        assert out["path"] == "llm", out
+        top = out["results"][0]
+        _exact(out["results"])
+        raw = top["text"].encode("utf-8")
+        assert [raw[s["start"] : s["end"]].decode("utf-8") for s in top["spans"]] == [
+            "Boats stayed\nin port for a month."
+        ]
+        texts[mode] = top["text"]
+    assert texts["chunk"] == texts["document"] == DOCS[0]["text"]  # a short document is one chunk
+    assert texts["window"] == "Boats stayed\nin port for a month."

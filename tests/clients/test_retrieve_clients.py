@@ -70,6 +70,44 @@ def test_llamaindex_retrievers(stack, api):
     assert isinstance(YanaSearchRetriever(stack.api_url, k=2).retrieve("sake"), list)
 
 
+HARBOUR = (
+    "The harbour of Otaru froze over in a hard winter. The frozen harbour stopped the herring boats of Otaru. "
+    "Otaru's harbour master wrote about the frozen harbour every day. That winter was the winter of 1947. "
+    "Spring came late."
+)
+QUERY = "when did the harbour of Otaru freeze over"
+PDOCS = [*DOCS, {"id": "harbour", "text": HARBOUR}]
+
+
+def _spans_inside(text: str, spans: list[dict]) -> None:
+    raw = text.encode("utf-8")
+    assert spans and all(0 <= s["start"] < s["end"] <= len(raw) for s in spans)
+
+
+def test_client_passes_the_passage_mode(client):
+    texts = {}
+    for mode in ("chunk", "window", "document"):
+        top = client.retrieve(QUERY, PDOCS, {"top_k": 1}, passage=mode)["results"][0]
+        assert top["doc_id"] == "harbour"
+        _spans_inside(top["text"], top["spans"])
+        texts[mode] = top["text"]
+    assert texts["chunk"] == texts["document"] == HARBOUR and "1947" not in texts["window"]
+    job = client.wait_job(client.retrieve_async(QUERY, PDOCS, passage="window")["job_id"], timeout=120)
+    assert client.job_result(job)["results"][0]["text"] == texts["window"]
+
+
+def test_langchain_and_llamaindex_pass_the_passage_mode(stack, api):
+    from clients.langchain import YanaRetriever as LC
+    from clients.llamaindex import YanaRetriever as LI
+
+    lc = {m: LC(base_url=stack.api_url, documents=PDOCS, passage=m).invoke(QUERY)[0] for m in ("chunk", "window")}
+    assert lc["chunk"].page_content == HARBOUR and "1947" not in lc["window"].page_content
+    _spans_inside(lc["window"].page_content, lc["window"].metadata["spans"])
+    li = {m: LI(stack.api_url, PDOCS, passage=m).retrieve(QUERY)[0] for m in ("document", "window")}
+    assert li["document"].node.get_content() == HARBOUR and "1947" not in li["window"].node.get_content()
+    _spans_inside(li["window"].node.get_content(), li["window"].node.metadata["spans"])
+
+
 def test_missing_extra_names_it():
     code = (
         "import sys; sys.modules['langchain_core'] = None; sys.modules['llama_index'] = None\n"

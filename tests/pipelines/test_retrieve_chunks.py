@@ -186,6 +186,9 @@ def test_sentence_evidence_changes_the_winner_when_chunk_cosines_disagree(monkey
         return max(ranking.ranked, key=lambda r: r.score).doc_index
 
     kw = {"max_chunk_chars": 800, "chunk_vectors": vectors, "query_vector": query_vector}
+    # The chunk's own cosine weighted above its neighbour pairs' (with equal weights the two
+    # neighbouring paragraphs share the same pair and tie on these made-up cosines).
+    monkeypatch.setattr(R, "CONTEXT_SELF_WEIGHT", 3.0)
     assert top(R.rank("zqv xkw", VILLAGE, **kw)) == 0
     monkeypatch.setattr(R, "SENTENCE_WEIGHT", 0.0)
     assert top(R.rank("zqv xkw", VILLAGE, **kw)) == 1
