@@ -17,6 +17,7 @@ import logging
 import re
 import time
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from fastapi import FastAPI
@@ -80,6 +81,10 @@ def json_depth(body: bytes, limit: int) -> int:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _depth_of_text(body, limit)
+    return _depth_of_value(data, limit)
+
+
+def _depth_of_value(data: Any, limit: int) -> int:
     deepest = 0
     stack: list[tuple[Any, int]] = [(data, 1)]
     while stack:
@@ -90,6 +95,44 @@ def json_depth(body: bytes, limit: int) -> int:
                 break
             stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
     return deepest
+
+
+def check_json(body: bytes) -> None:
+    """Refuse what RFC 8259 does not allow but Python's json (FastAPI's parser) accepts: NaN,
+    Infinity and -Infinity, numbers that overflow to infinity, a byte order mark; and anything
+    nested deeper than MAX_JSON_DEPTH. orjson is strict about all of these."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if _depth_of_text(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
+        raise YanaError.of(ErrorCode.BAD_REQUEST, f"malformed JSON body: {exc}") from None
+    if _depth_of_value(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def check_no_body(body: bytes) -> None:
+    """An operation without a request body refuses one that is there, rather than ignoring it
+    (a malformed `{` is a client's bug worth telling); an empty object or null is no body."""
+    if body.strip() in (b"", b"{}", b"null"):
+        return
+    raise YanaError.of(ErrorCode.BAD_REQUEST, "this operation takes no request body (send none, or {})")
+
+
+_ENCODED_SLASH = re.compile(rb"%2f", re.IGNORECASE)
+
+
+def keep_encoded_slashes(scope: Scope) -> None:
+    """`/v1%2fversion` is one path segment, not `/v1/version`: the server decodes %2F into the
+    path the router matches, so it is put back as %2F within its segment (no route takes a slash
+    inside a parameter; such a request now answers 404 or its route's own id check)."""
+    raw = scope.get("raw_path")
+    if not raw or not _ENCODED_SLASH.search(raw):
+        return
+    text = raw.decode("latin-1")
+    scope["path"] = "/".join(
+        unquote(seg, encoding="utf-8", errors="surrogateescape").replace("/", "%2F") for seg in text.split("/")
+    )
 
 
 def _json_request(headers: Headers) -> bool:
@@ -248,6 +291,7 @@ class ContractMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        keep_encoded_slashes(scope)
         corr, tracestate = correlation.from_headers(scope.get("headers", []))
         scope["headers"] = correlation.rewrite_request_headers(scope.get("headers", []), corr, tracestate)
         ctx_token = context.set_current(corr)
@@ -320,9 +364,15 @@ class ContractMiddleware:
             raise YanaError.of(ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {rp.body_cap} bytes")
         receive = capped_receive(receive, rp.body_cap)
         body: bytes | None = None
-        if has_body and method in _BODY_METHODS and _json_request(headers):
+        if has_body and method in _BODY_METHODS and rp.api_route and not rp.has_body:
             body = await read_body(receive)
-            if json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            check_no_body(body)
+            receive = replaying_receive(body, receive)
+        elif has_body and method in _BODY_METHODS and _json_request(headers):
+            body = await read_body(receive)
+            if rp.api_route:
+                check_json(body)
+            elif json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
                 raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
             receive = replaying_receive(body, receive)
 

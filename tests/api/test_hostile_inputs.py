@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import socket
 import struct
 import zlib
@@ -196,3 +197,110 @@ def test_header_injection_is_not_reflected(hostile):
     assert b"\x01" not in head
     status = int(head.split(b" ", 2)[1])
     assert status < 500
+
+
+# --- round 3 (issue 26): NUL in file sources, loose JSON, odd ids, encoded slashes, pixel bombs ---
+
+
+@pytest.fixture(scope="module")
+def importing(stack, tmp_path_factory):
+    """An API with IMPORT_DIR set, holding one good image and one pixel bomb."""
+    folder = tmp_path_factory.mktemp("import")
+    (folder / "ok.png").write_bytes(_png(32, 32))
+    (folder / "bomb.png").write_bytes(_bomb())
+    svc = stack.start_api(
+        name="api-hostile-import", IMPORT_DIR=str(folder), RATE_LIMIT="100000/second", RATE_BURST="100000"
+    )
+    with httpx.Client(base_url=svc.url, timeout=60) as client:
+        yield client, folder
+
+
+def test_nul_byte_in_a_file_source_is_a_400_never_retryable(importing, stack):
+    client, folder = importing
+    jobs_before = _jobs(client)
+    for body in (
+        {"category": "sake", "image_url": f"file://{folder}/ok.png%00.jpg"},
+        {"category": "sake", "image_url": "file:///etc/passwd%00"},
+        {"category": "sake", "image_path": f"{folder}/ok.png\u0000.jpg"},
+        {"category": "sake", "items": [{"category": "sake", "image_url": f"file://{folder}/ok.png%00"}]},
+    ):
+        r = client.post("/v1/ingest", json=body)
+        _assert_refused(r, f"NUL in {body}")
+        assert r.status_code == 400 and r.json()["error"]["retryable"] is False, r.text
+    # The MCP ingest tool goes through the same check.
+    from tests.api.test_mcp import _run, _with_session
+
+    result = _run(
+        _with_session(
+            str(client.base_url).rstrip("/"),
+            lambda s: s.call_tool("ingest", {"category": "sake", "image_path": f"{folder}/ok.png\u0000"}),
+        )
+    )
+    assert result.isError, result
+    err = json.loads(result.content[0].text)["error"]
+    assert err["code"] == "BAD_REQUEST" and err["retryable"] is False, err
+    assert _jobs(client) == jobs_before
+
+
+def test_a_pixel_bomb_is_refused_at_submit(importing):
+    client, folder = importing
+    jobs_before = _jobs(client)
+    for how, send in {
+        "base64": lambda: client.post(
+            "/v1/ingest", json={"category": "sake", "image_base64": base64.b64encode(_bomb()).decode()}
+        ),
+        "multipart": lambda: client.post(
+            "/v1/ingest", files={"file": ("b.png", _bomb(), "image/png")}, data={"category": "sake"}
+        ),
+        "file://": lambda: client.post("/v1/ingest", json={"category": "sake", "image_path": f"{folder}/bomb.png"}),
+    }.items():
+        r = send()
+        _assert_refused(r, f"pixel bomb ({how})")
+        assert r.json()["error"]["code"] == "IMAGE_TOO_MANY_PIXELS", (how, r.text)
+    assert _jobs(client) == jobs_before
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"query_text": NaN}',
+        b'{"query_text": "x", "k": Infinity}',
+        b'{"query_text": "x", "k": -Infinity}',
+        b'\xef\xbb\xbf{"query_text": "x"}',
+        b'{"query_text": "x", "k": 1e999}',
+    ],
+    ids=["NaN", "Infinity", "-Infinity", "BOM", "overflow"],
+)
+def test_loose_json_is_refused(hostile, raw):
+    r = hostile.post("/v1/search", content=raw, headers={"content-type": "application/json"})
+    _assert_refused(r, raw.decode("utf-8", "replace"))
+    assert r.status_code == 400, r.text
+
+
+def test_a_body_sent_to_an_operation_without_one_is_not_ignored(hostile):
+    r = hostile.post("/memo/clear_expired", content=b"{", headers={"content-type": "application/json"})
+    _assert_refused(r, "clear_expired {")
+    assert r.status_code == 400
+    r = hostile.post("/memo/clear_expired", content=b"garbage", headers={"content-type": "text/plain"})
+    _assert_refused(r, "clear_expired garbage")
+    assert hostile.post("/memo/clear_expired").status_code == 200
+    assert hostile.post("/memo/clear_expired", json={}).status_code == 200
+
+
+@pytest.mark.parametrize("doc_id", ["doc\u0000x", "doc\u202ex", "\u202egpj.exe", "a\x1bb"])
+def test_document_ids_with_control_or_bidi_characters_are_refused(hostile, doc_id):
+    jobs_before = _jobs(hostile)
+    r = hostile.post("/v1/ingest", json={"documents": [{"id": doc_id, "text": "本文"}]})
+    _assert_refused(r, repr(doc_id))
+    assert r.status_code == 400
+    r = hostile.post("/v1/ingest", json={"id": doc_id, "text": "本文"})
+    _assert_refused(r, repr(doc_id))
+    assert _jobs(hostile) == jobs_before
+
+
+def test_an_encoded_slash_is_not_a_path_separator(hostile):
+    assert hostile.get("/v1/version").status_code == 200
+    for raw in ("/v1%2fversion", "/v1%2Fversion", "/v1%2fjobs"):
+        r = hostile.get(httpx.URL(str(hostile.base_url).rstrip("/") + raw))
+        assert r.status_code == 404, (raw, r.status_code, r.text[:200])
+        _assert_refused(r, raw)
