@@ -170,8 +170,10 @@ def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) 
 
 
 def flower_argv(host: str, port: int, extra_args: list[str] | None = None) -> list[str]:
+    """`celery flower` through cli.flower_main, which puts /metrics and /healthcheck behind
+    Flower's auth too. Credentials go in the environment (FLOWER_BASIC_AUTH), never here."""
     return [
-        *(sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower"),
+        *(sys.executable, "-m", "cli.flower_main", "-A", "workers.celery_app", "flower"),
         *(f"--address={host}", f"--port={port}", *(extra_args or [])),
     ]
 

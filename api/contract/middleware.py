@@ -32,8 +32,9 @@ from api.contract.auth import BearerAuth, bearer_token, caller_identity
 from api.contract.errors import error_response, from_exception
 from api.contract.idempotency import HEADER as IDEMPOTENCY_HEADER
 from api.contract.idempotency import REPLAYED_HEADER, Claim, IdempotencyStore, StoredResponse, fingerprint, parse_key
+from api.contract.liveness import ProcessLiveness
 from api.contract.policy import ResolvedPolicy, media_type_accepted
-from api.contract.ratelimit import Rate, TokenBucketLimiter
+from api.contract.ratelimit import AuthFailureLimiter, Rate, TokenBucketLimiter
 from api.contract.routing import RouteIndex
 from yana import POLICY_VERSION, __version__, context
 from yana.clients import get_async_redis
@@ -265,6 +266,8 @@ class ContractMiddleware:
         self.default_rate = Rate.parse(settings.rate_limit, settings.rate_burst)
         self.internal_secret = internal_secret.encode()
         self._limiter: tuple[Redis, TokenBucketLimiter] | None = None
+        self._auth_failures: tuple[Redis, AuthFailureLimiter] | None = None
+        self.liveness = ProcessLiveness(settings.api_liveness_ttl_s)
         self._background: set[asyncio.Task] = set()  # idempotency releases retried after a Redis failure
 
     # -- shared state -------------------------------------------------------------------------
@@ -339,7 +342,7 @@ class ContractMiddleware:
         client = scope.get("client")
         identity = None
         if not rp.policy.public:
-            token = self.auth.authenticate(headers.get("authorization"))
+            token = await self.authenticate(headers, client[0] if client else "unknown")
             identity = caller_identity(token, client[0] if client else None)
             if not self._internal(headers):
                 await self.check_rate(identity, rp)
@@ -382,6 +385,41 @@ class ContractMiddleware:
             await self.idempotent_call(scope, receive, send, rp, identity, raw_key, body)
             return
         await self.call_app(scope, receive, send, rp)
+
+    async def authenticate(self, headers: Headers, address: str) -> str | None:
+        """The caller's token (None with auth off); 401 for a wrong one, 429 once the address has
+        failed AUTH_FAIL_LIMIT times in AUTH_FAIL_WINDOW_S. In-process MCP tool calls carry the
+        caller's own header and were counted on /mcp already."""
+        if not self.auth.enabled:
+            return None
+        internal = self._internal(headers)
+        limiter = None if internal else self.auth_failures()
+        if limiter is not None:
+            decision = await limiter.check(address)
+            if not decision.allowed:
+                raise self._auth_throttled(decision)
+        try:
+            return self.auth.authenticate(headers.get("authorization"))
+        except YanaError:
+            if limiter is not None:
+                await limiter.failed(address)
+            raise
+
+    @staticmethod
+    def _auth_throttled(decision) -> YanaError:
+        err = YanaError.of(
+            ErrorCode.RATE_LIMITED,
+            f"too many failed authentications from this address; retry in {decision.retry_after_s} s",
+        )
+        err.headers = {"Retry-After": str(decision.retry_after_s)}  # type: ignore[attr-defined]
+        return err
+
+    def auth_failures(self) -> AuthFailureLimiter:
+        r = self.redis()
+        if self._auth_failures is None or self._auth_failures[0] is not r:
+            limiter = AuthFailureLimiter(r, self.settings.auth_fail_limit, self.settings.auth_fail_window_s)
+            self._auth_failures = (r, limiter)
+        return self._auth_failures[1]
 
     def _internal(self, headers: Headers) -> bool:
         given = headers.get(INTERNAL_HEADER)
@@ -437,7 +475,9 @@ class ContractMiddleware:
         fp = fingerprint(
             scope["method"], scope["path"], scope.get("query_string", b""), headers.get("content-type"), body
         )
-        store = IdempotencyStore(self.redis(), self.settings.idempotency_ttl_s)
+        redis = self.redis()
+        await self.liveness.ensure(redis)
+        store = IdempotencyStore(redis, self.settings.idempotency_ttl_s, self.liveness.process_id)
         lease_s = int((rp.timeout(self.settings) or self.settings.request_timeout_s) + 30)
         claimed = await store.claim(identity, key, fp, lease_s)
         if isinstance(claimed, StoredResponse):

@@ -260,21 +260,28 @@ def test_a_pixel_bomb_is_refused_at_submit(importing):
     assert _jobs(client) == jobs_before
 
 
+DOC = b'{"documents": [{"id": "loose-json", "text": "t", "metadata": {"x": %s}}]}'
+
+
 @pytest.mark.parametrize(
     "raw",
-    [
-        b'{"query_text": NaN}',
-        b'{"query_text": "x", "k": Infinity}',
-        b'{"query_text": "x", "k": -Infinity}',
-        b'\xef\xbb\xbf{"query_text": "x"}',
-        b'{"query_text": "x", "k": 1e999}',
-    ],
-    ids=["NaN", "Infinity", "-Infinity", "BOM", "overflow"],
+    [DOC % b"NaN", DOC % b"Infinity", DOC % b"-Infinity", DOC % b"1e999", b"\xef\xbb\xbf" + DOC % b"1"],
+    ids=["NaN", "Infinity", "-Infinity", "overflow", "BOM"],
 )
 def test_loose_json_is_refused(hostile, raw):
-    r = hostile.post("/v1/search", content=raw, headers={"content-type": "application/json"})
+    jobs_before = _jobs(hostile)
+    r = hostile.post("/v1/ingest", content=raw, headers={"content-type": "application/json"})
     _assert_refused(r, raw.decode("utf-8", "replace"))
     assert r.status_code == 400, r.text
+    assert _jobs(hostile) == jobs_before
+
+
+def test_a_byte_order_mark_is_refused(hostile):
+    r = hostile.post(
+        "/v1/search", content=b'\xef\xbb\xbf{"query_text": "x"}', headers={"content-type": "application/json"}
+    )
+    _assert_refused(r, "BOM")
+    assert r.status_code == 400
 
 
 def test_a_body_sent_to_an_operation_without_one_is_not_ignored(hostile):
