@@ -179,9 +179,11 @@ def flower_argv(host: str, port: int, extra_args: list[str] | None = None) -> li
 
 
 def api_argv(host: str, port: int, workers: int = 1) -> list[str]:
+    """uvicorn serving api.main:app through api.uvicorn_server, whose HTTP protocol answers what the parser
+    refuses (before the app) with the contract's error body too."""
     return [
-        *(sys.executable, "-m", "uvicorn", "api.main:app", "--host", host, "--port", str(port)),
-        *("--workers", str(workers), "--no-access-log", "--timeout-graceful-shutdown", "5"),
+        *(sys.executable, "-m", "api.uvicorn_server", "--host", host, "--port", str(port)),
+        *("--workers", str(workers), "--timeout-graceful-shutdown", "5"),
     ]
 
 

@@ -33,6 +33,7 @@ from api.contract.errors import error_response, from_exception
 from api.contract.idempotency import HEADER as IDEMPOTENCY_HEADER
 from api.contract.idempotency import REPLAYED_HEADER, Claim, IdempotencyStore, StoredResponse, fingerprint, parse_key
 from api.contract.liveness import ProcessLiveness
+from api.contract.mcp import MAX_ERROR_TEXT, MCP_PATH
 from api.contract.policy import ResolvedPolicy, media_type_accepted
 from api.contract.ratelimit import AuthFailureLimiter, Rate, TokenBucketLimiter
 from api.contract.routing import RouteIndex
@@ -136,6 +137,116 @@ def keep_encoded_slashes(scope: Scope) -> None:
     )
 
 
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... ({len(text) - limit} more characters not shown)"
+
+
+def rewrite_mcp_message(msg: Any) -> Any:
+    """A JSON-RPC message from /mcp as it leaves: an error carries the request's run_id and
+    trace_id in `error.data` (its shape stays JSON-RPC's); an error message, or the text of a tool
+    error result (the SDK's input validation quotes the offending argument whole), is cut to
+    MAX_ERROR_TEXT characters."""
+    if isinstance(msg, list):
+        return [rewrite_mcp_message(m) for m in msg]
+    if not isinstance(msg, dict):
+        return msg
+    err = msg.get("error")
+    if isinstance(err, dict):
+        data = err.get("data")
+        ids = context.body_ids()
+        if isinstance(data, dict):
+            err["data"] = {**data, **ids}
+        else:
+            err["data"] = {**ids, **({"detail": _truncate(str(data), MAX_ERROR_TEXT)} if data else {})}
+        if isinstance(err.get("message"), str):
+            err["message"] = _truncate(err["message"], MAX_ERROR_TEXT)
+    result = msg.get("result")
+    if isinstance(result, dict) and result.get("isError"):
+        for item in result.get("content") or []:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                item["text"] = _truncate(item["text"], MAX_ERROR_TEXT)
+    return msg
+
+
+class McpResponse:
+    """Rewrites what /mcp sends (rewrite_mcp_message): a JSON answer whole, an event stream event
+    by event; a plain-text error of the transport (wrong Accept, no session) becomes a JSON-RPC
+    error with the ids."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self.start: Message | None = None
+        self.mode = "pass"
+        self.chunks: list[bytes] = []
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = Headers(raw=list(message.get("headers", [])))
+            ctype = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+            if ctype == "text/event-stream":
+                self.mode = "sse"
+            elif ctype == "application/json" or message["status"] >= 400:
+                self.mode = "json"
+                self.start = message
+                return
+            await self._send(message)
+            return
+        if message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        if self.mode == "sse":
+            await self._send({**message, "body": self._rewrite_events(message.get("body", b""))})
+            return
+        if self.mode == "json":
+            self.chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            assert self.start is not None
+            body = self._rewrite_json(b"".join(self.chunks), self.start["status"])
+            headers = [
+                (k, v)
+                for k, v in self.start.get("headers", [])
+                if k.lower() not in (b"content-length", b"content-type")
+            ]
+            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await self._send({**self.start, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        await self._send(message)
+
+    @staticmethod
+    def _rewrite_json(body: bytes, status: int) -> bytes:
+        try:
+            data = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            data = None
+        if data is None and status >= 400:  # the transport's plain text
+            text = body.decode("utf-8", "replace").strip() or "request refused"
+            data = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": text}}
+        if data is None:
+            return body
+        return orjson.dumps(rewrite_mcp_message(data))
+
+    @staticmethod
+    def _rewrite_events(chunk: bytes) -> bytes:
+        if b"data:" not in chunk:
+            return chunk
+        lines = chunk.split(b"\n")
+        for i, line in enumerate(lines):
+            stripped = line.rstrip(b"\r")
+            if not stripped.startswith(b"data:"):
+                continue
+            try:
+                msg = orjson.loads(stripped[5:])
+            except orjson.JSONDecodeError:
+                continue
+            ending = line[len(stripped) :]
+            lines[i] = b"data: " + orjson.dumps(rewrite_mcp_message(msg)) + ending
+        return b"\n".join(lines)
+
+
 def _json_request(headers: Headers) -> bool:
     essence = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     return essence == "application/json" or (essence.startswith("application/") and essence.endswith("+json"))
@@ -154,6 +265,11 @@ def add_versions(body: bytes) -> bytes:
     for k, v in _VERSIONS.items():
         data.setdefault(k, v)
     return orjson.dumps(data)
+
+
+def _is_mcp(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 class ResponseBuffer:
@@ -367,17 +483,14 @@ class ContractMiddleware:
             raise YanaError.of(ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {rp.body_cap} bytes")
         receive = capped_receive(receive, rp.body_cap)
         body: bytes | None = None
-        if has_body and method in _BODY_METHODS and rp.api_route and not rp.has_body:
-            body = await read_body(receive)
-            check_no_body(body)
-            receive = replaying_receive(body, receive)
-        elif has_body and method in _BODY_METHODS and _json_request(headers):
-            body = await read_body(receive)
-            if rp.api_route:
-                check_json(body)
-            elif json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-                raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
-            receive = replaying_receive(body, receive)
+        if has_body and method in _BODY_METHODS:
+            body, receive = await self.checked_body(headers, receive, rp)
+
+        if _is_mcp(scope):
+            if method == "POST" and not _json_request(headers):
+                raise YanaError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json")
+            await self.app(scope, receive, McpResponse(send).send)
+            return
 
         raw_key = headers.get(IDEMPOTENCY_HEADER)
         if rp.idempotent and method == "POST" and raw_key is not None:
@@ -385,6 +498,24 @@ class ContractMiddleware:
             await self.idempotent_call(scope, receive, send, rp, identity, raw_key, body)
             return
         await self.call_app(scope, receive, send, rp)
+
+    @staticmethod
+    async def checked_body(headers: Headers, receive: Receive, rp: ResolvedPolicy) -> tuple[bytes | None, Receive]:
+        """Read and check a body before the app: one sent to an operation that takes none (400),
+        JSON that RFC 8259 does not allow or that nests too deep (400). Returns the body (None when
+        left unread: forms and uploads stream to the route) and the receive that replays it."""
+        if rp.api_route and not rp.has_body:
+            body = await read_body(receive)
+            check_no_body(body)
+            return body, replaying_receive(body, receive)
+        if not _json_request(headers):
+            return None, receive
+        body = await read_body(receive)
+        if rp.api_route:
+            check_json(body)
+        elif json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+        return body, replaying_receive(body, receive)
 
     async def authenticate(self, headers: Headers, address: str) -> str | None:
         """The caller's token (None with auth off); 401 for a wrong one, 429 once the address has
