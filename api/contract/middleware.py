@@ -458,10 +458,7 @@ class ContractMiddleware:
         client = scope.get("client")
         identity = None
         if not rp.policy.public:
-            token = await self.authenticate(headers, client[0] if client else "unknown")
-            identity = caller_identity(token, client[0] if client else None)
-            if not self._internal(headers):
-                await self.check_rate(identity, rp)
+            identity = await self.admit(headers, client[0] if client else None, rp)
 
         method = scope.get("method", "GET")
         length_header = headers.get("content-length")
@@ -517,24 +514,33 @@ class ContractMiddleware:
             raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
         return body, replaying_receive(body, receive)
 
-    async def authenticate(self, headers: Headers, address: str) -> str | None:
-        """The caller's token (None with auth off); 401 for a wrong one, 429 once the address has
-        failed AUTH_FAIL_LIMIT times in AUTH_FAIL_WINDOW_S. In-process MCP tool calls carry the
-        caller's own header and were counted on /mcp already."""
-        if not self.auth.enabled:
-            return None
+    async def admit(self, headers: Headers, address: str | None, rp: ResolvedPolicy) -> str:
+        """Authenticate and rate-limit a request to a protected route; returns the caller's
+        identity. A wrong token is 401 and counts against its address; once the address has failed
+        AUTH_FAIL_LIMIT times in AUTH_FAIL_WINDOW_S every request of it is 429, a right token
+        included (checked together with the token bucket, so one Redis round trip as before).
+        In-process MCP tool calls carry the caller's own header and were counted on /mcp already."""
         internal = self._internal(headers)
-        limiter = None if internal else self.auth_failures()
-        if limiter is not None:
-            decision = await limiter.check(address)
-            if not decision.allowed:
-                raise self._auth_throttled(decision)
+        if not self.auth.enabled:
+            identity = caller_identity(None, address)
+            if not internal:
+                await self.check_rate(identity, rp)
+            return identity
+        where = address or "unknown"
         try:
-            return self.auth.authenticate(headers.get("authorization"))
+            token = self.auth.authenticate(headers.get("authorization"))
         except YanaError:
-            if limiter is not None:
-                await limiter.failed(address)
+            if not internal:
+                decision = await self.auth_failures().failed(where)
+                if not decision.allowed:
+                    raise self._auth_throttled(decision) from None
             raise
+        identity = caller_identity(token, address)
+        if not internal:
+            lock, _ = await asyncio.gather(self.auth_failures().check(where), self.check_rate(identity, rp))
+            if not lock.allowed:
+                raise self._auth_throttled(lock)
+        return identity
 
     @staticmethod
     def _auth_throttled(decision) -> YanaError:
