@@ -15,6 +15,7 @@ client would.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any
@@ -88,7 +89,18 @@ async def call_route(
     client: httpx.AsyncClient, op: dict[str, Any], arguments: dict[str, Any], headers: dict | None = None
 ) -> types.CallToolResult:
     method, path, query, own_headers, body = route_request(op, arguments)
-    response = await client.request(method, path, params=query, headers={**(headers or {}), **own_headers}, json=body)
+    waited = 0.0
+    while True:
+        response = await client.request(
+            method, path, params=query, headers={**(headers or {}), **own_headers}, json=body
+        )
+        # Rate limited (the stdio bridge's calls are counted; /mcp's in-process ones are not):
+        # wait as told, up to RATE_WAIT_S per call, then the 429 is the tool's error.
+        pause = _retry_after(response)
+        if pause is None or waited + pause > RATE_WAIT_S:
+            break
+        await asyncio.sleep(pause)
+        waited += pause
     content_type = response.headers.get("content-type", "")
     if response.status_code < 400 and not content_type.startswith("application/json"):
         return binary_result(content_type, response.content)
@@ -97,6 +109,18 @@ async def call_route(
     except ValueError:
         payload = None
     return tool_result(response.status_code, payload, response.text)
+
+
+RATE_WAIT_S = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    if response.status_code != 429:
+        return None
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.1), RATE_WAIT_S)
+    except ValueError:
+        return 1.0
 
 
 class YanaMCP(FastApiMCP):

@@ -81,3 +81,20 @@ def test_agent_routes_take_a_retriever_loop(stack):
             assert 429 not in codes, (path, codes.count(429))
         codes = [c.get("/memo/search").status_code for _ in range(150)]
         assert 429 not in codes, ("/memo/search", codes.count(429))
+
+
+def test_the_mcp_stdio_bridge_waits_out_429(tight):
+    """`yana mcp` forwards tool calls over HTTP, where they are counted: a 429 is waited out."""
+    import asyncio
+
+    from cli.mcp_stdio import Upstream
+
+    async def calls():
+        upstream = Upstream(tight, None, 30.0)
+        try:
+            return [await upstream.call_tool("search", {"query_text": "x", "k": 1}) for _ in range(4)]
+        finally:
+            await upstream.close()
+
+    results = asyncio.run(calls())
+    assert not any(r.get("isError") for r in results), results
