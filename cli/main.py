@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from api.contract.auth import flower_auth_args
+from api.contract.auth import FLOWER_AUTH_ENV, flower_auth_env
 from cli import data, processes
 from yana.settings import get_settings
 
@@ -30,15 +30,17 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
-def _flower_args() -> list[str]:
+def _flower_env() -> dict[str, str]:
     """Flower's API answers only when authenticated or explicitly opened: with auth on, the
-    API's bearer tokens; with auth off, FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
+    API's bearer tokens (through the environment, never the command line); with auth off,
+    FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
     s = get_settings()
     if s.auth_enabled:
-        return flower_auth_args(s)
+        return flower_auth_env(s)
+    os.environ.pop(FLOWER_AUTH_ENV, None)  # auth off here: no stale credentials from the shell
     if s.flower_unauthenticated_api:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
-    return []
+    return {}
 
 
 UP_ENV = "up.env"  # where `yana up` tells other yana commands (ingest, dedup-report...) its URLs
@@ -175,10 +177,10 @@ def up(
             ),
             120,
         )
-        flower_args = _flower_args()
+        flower_env = {**stack.env, **_flower_env()}
         if "FLOWER_UNAUTHENTICATED_API" in os.environ:
-            stack.env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
-        _start("flower", lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args))
+            flower_env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
+        _start("flower", lambda: processes.start_flower(flower_env, flower_port, stack.log_dir))
         _start("api", lambda: processes.start_api(stack.env, api_port, stack.log_dir))
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
@@ -255,8 +257,11 @@ RedisOpt = Annotated[
 ChromaOpt = Annotated[Optional[str], typer.Option("--chroma-url", envvar="CHROMA_URL", help="Shared Chroma server.")]
 
 
-def _exec(argv: list[str], redis_url: str | None, chroma_url: str | None = None) -> None:
+def _exec(
+    argv: list[str], redis_url: str | None, chroma_url: str | None = None, extra_env: dict[str, str] | None = None
+) -> None:
     env = {k: v for k, v in (("REDIS_URL", redis_url), ("CHROMA_URL", chroma_url)) if v}
+    env.update(extra_env or {})
     os.execvpe(argv[0], argv, processes.child_env(**env))
 
 
@@ -299,7 +304,8 @@ def flower(
     redis_url: RedisOpt = None,
 ) -> None:
     """Run Flower (monitoring) against REDIS_URL."""
-    _exec(processes.flower_argv(host, port, _flower_args()), redis_url)
+    flower_env = _flower_env()
+    _exec(processes.flower_argv(host, port), redis_url, extra_env=flower_env)
 
 
 @app.command()

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from api.contract.policy import contract
+from api.contract.policy import AGENT_RATE, contract
 from api.schemas import ERRORS, Envelope
 from pipelines.labels.model import LabelHit
 from pipelines.search.service import K_MAX, PAGE_SIZE_MAX, QUERY_MAX_CHARS, search, warm
@@ -99,7 +99,7 @@ async def _run(req: SearchRequest) -> dict:
     summary="Hybrid search over labels (lexical + dense + metadata bonus), filtered and paged",
     response_model=SearchResponse,
     responses=ERRORS(408, 422),
-    openapi_extra=contract(timeout_s=2),
+    openapi_extra=contract(timeout_s=2, **AGENT_RATE),
 )
 async def search_post(req: SearchRequest) -> dict:
     return await _run(req)
@@ -111,7 +111,7 @@ async def search_post(req: SearchRequest) -> dict:
     summary="The same search with query parameters (filters as category/region/brewery)",
     response_model=SearchResponse,
     responses=ERRORS(408, 422),
-    openapi_extra=contract(timeout_s=2),
+    openapi_extra=contract(timeout_s=2, **AGENT_RATE),
 )
 async def search_get(
     query_text: Annotated[
