@@ -23,6 +23,7 @@ import json
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from yana import ids
+from yana.errors import ErrorCode, YanaError
 
 MESSAGE = "invalid HTTP request: the server could not parse it (request line, headers or framing)"
 
@@ -31,7 +32,7 @@ def unified_400() -> tuple[bytes, list[tuple[bytes, bytes]]]:
     run_id, trace_id = ids.new_run_id(), ids.new_trace_id()
     body = json.dumps(
         {
-            "error": {"code": "BAD_REQUEST", "message": MESSAGE, "retryable": False},
+            "error": YanaError.of(ErrorCode.BAD_REQUEST, MESSAGE).body(),
             "run_id": run_id,
             "trace_id": trace_id,
         }
