@@ -38,6 +38,26 @@ TokenOpt = Annotated[
 ]
 
 
+# How long one request may wait in all on 429 / in-flight 409 answers before it gives up.
+RATE_WAIT_S = 600.0
+RETRY_AFTER_MAX_S = 60.0  # one wait is never longer, whatever the server says
+
+
+def retry_after_s(resp: httpx.Response) -> float | None:
+    """Seconds to wait before sending the request again, when the answer says to: 429, or 409
+    with Retry-After (an Idempotency-Key still being processed), or a 503 with Retry-After. None
+    for every other answer. A missing or unreadable Retry-After on a 429 counts as 1 s."""
+    status = resp.status_code
+    header = resp.headers.get("retry-after")
+    if status != 429 and not (status in (409, 503) and header):
+        return None
+    try:
+        value = float(header) if header is not None else 1.0
+    except ValueError:
+        value = 1.0  # an HTTP-date: this API never sends one; wait a little
+    return min(max(value, 0.1), RETRY_AFTER_MAX_S)
+
+
 class ApiUnreachable(Exception):
     """The API did not answer within the reconnect window."""
 
@@ -66,11 +86,20 @@ def resolve_api(api: str | None) -> tuple[str, str]:
 class ApiLink:
     """An httpx client plus the retry-while-unreachable rule, shared by a command's threads."""
 
-    def __init__(self, api: str | None, token: str | None, *, timeout_s: float = 120.0, reconnect_s: float = 0.0):
+    def __init__(
+        self,
+        api: str | None,
+        token: str | None,
+        *,
+        timeout_s: float = 120.0,
+        reconnect_s: float = 0.0,
+        rate_wait_s: float = RATE_WAIT_S,
+    ):
         self.url, self.source = resolve_api(api)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, trust_env=False)
         self.reconnect_s = reconnect_s
+        self.rate_wait_s = rate_wait_s
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self.outages = 0
@@ -90,9 +119,12 @@ class ApiLink:
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
         """One request; a transport error or a 502/503/504 is retried until reconnect_s has passed
-        since the API was first seen down, then ApiUnreachable."""
+        since the API was first seen down, then ApiUnreachable. A 429 (rate limited) or a 409
+        with Retry-After (the same Idempotency-Key still in flight) is sent again after the
+        server's Retry-After, for up to rate_wait_s in all; then it is returned as it is."""
         first_fail: float | None = None
         delay = 0.5
+        waited = 0.0
         self._local.retried = False
         while True:
             try:
@@ -100,6 +132,13 @@ class ApiLink:
             except httpx.TransportError as exc:
                 err: Exception = exc
             else:
+                pause = retry_after_s(r)
+                if pause is not None and waited + pause <= self.rate_wait_s:
+                    self._mark_up()
+                    self._local.retried = True
+                    time.sleep(pause)
+                    waited += pause
+                    continue
                 if r.status_code not in (502, 503, 504) or self.reconnect_s <= 0:
                     self._mark_up()
                     return r

@@ -29,17 +29,20 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
-def _flower_args() -> list[str]:
+def _flower_env() -> dict[str, str]:
     """Flower's API answers only when authenticated or explicitly opened: with auth on, the
-    API's bearer tokens; with auth off, FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
+    API's bearer tokens (through the environment, never the command line); with auth off,
+    FLOWER_UNAUTHENTICATED_API (Flower's own setting)."""
     s = get_settings()
     if s.auth_enabled:
-        from api.contract.auth import flower_auth_args  # FastAPI: not for the supervisor's lifetime
+        # FastAPI's auth module: imported here, not for the supervisor's lifetime.
+        from api.contract.auth import flower_auth_env
 
-        return flower_auth_args(s)
+        return flower_auth_env(s)
+    os.environ.pop("FLOWER_BASIC_AUTH", None)  # Flower's own setting; auth off: no stale credentials
     if s.flower_unauthenticated_api:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
-    return []
+    return {}
 
 
 UP_ENV = "up.env"  # where `yana up` tells other yana commands (ingest, dedup-report...) its URLs
@@ -166,9 +169,9 @@ def up(
                 stack.env[var] = stack.get(name).url
         os.environ.update({k: stack.env[k] for k in ("REDIS_URL", "CHROMA_URL")})
         _prepare(stack.env)
-        flower_args = _flower_args()
+        flower_env = {**stack.env, **_flower_env()}
         if "FLOWER_UNAUTHENTICATED_API" in os.environ:
-            stack.env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
+            flower_env["FLOWER_UNAUTHENTICATED_API"] = os.environ["FLOWER_UNAUTHENTICATED_API"]
         warm = get_settings().search_warm_on_start  # up = the API holds the model and the index
         concurrency = workers or get_settings().worker_concurrency
         # Started together, then waited for: the worker loads its model while the API imports.
@@ -184,7 +187,7 @@ def up(
         _start_together(
             stack,
             starters,
-            {"flower": (lambda: processes.start_flower(stack.env, flower_port, stack.log_dir, flower_args), 60)},
+            {"flower": (lambda: processes.start_flower(flower_env, flower_port, stack.log_dir), 60)},
         )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
@@ -272,8 +275,11 @@ RedisOpt = Annotated[
 ChromaOpt = Annotated[Optional[str], typer.Option("--chroma-url", envvar="CHROMA_URL", help="Shared Chroma server.")]
 
 
-def _exec(argv: list[str], redis_url: str | None, chroma_url: str | None = None) -> None:
+def _exec(
+    argv: list[str], redis_url: str | None, chroma_url: str | None = None, extra_env: dict[str, str] | None = None
+) -> None:
     env = {k: v for k, v in (("REDIS_URL", redis_url), ("CHROMA_URL", chroma_url)) if v}
+    env.update(extra_env or {})
     os.execvpe(argv[0], argv, processes.child_env(**env))
 
 
@@ -356,7 +362,8 @@ def flower(
     redis_url: RedisOpt = None,
 ) -> None:
     """Run Flower (monitoring) against REDIS_URL."""
-    _exec(processes.flower_argv(host, port, _flower_args()), redis_url)
+    flower_env = _flower_env()
+    _exec(processes.flower_argv(host, port), redis_url, extra_env=flower_env)
 
 
 @app.command()

@@ -170,16 +170,20 @@ def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) 
 
 
 def flower_argv(host: str, port: int, extra_args: list[str] | None = None) -> list[str]:
+    """`celery flower` through cli.flower_main, which puts /metrics and /healthcheck behind
+    Flower's auth too. Credentials go in the environment (FLOWER_BASIC_AUTH), never here."""
     return [
-        *(sys.executable, "-m", "celery", "-A", "workers.flower_app", "flower"),
+        *(sys.executable, "-m", "cli.flower_main", "-A", "workers.flower_app", "flower"),
         *(f"--address={host}", f"--port={port}", *(extra_args or [])),
     ]
 
 
 def api_argv(host: str, port: int, workers: int = 1) -> list[str]:
+    """uvicorn serving api.main:app through api.uvicorn_server, whose HTTP protocol answers what the parser
+    refuses (before the app) with the contract's error body too."""
     return [
-        *(sys.executable, "-m", "uvicorn", "api.main:app", "--host", host, "--port", str(port)),
-        *("--workers", str(workers), "--no-access-log", "--timeout-graceful-shutdown", "5"),
+        *(sys.executable, "-m", "api.uvicorn_server", "--host", host, "--port", str(port)),
+        *("--workers", str(workers), "--timeout-graceful-shutdown", "5"),
     ]
 
 

@@ -7,7 +7,9 @@ stored corpus), jobs, health and version. No dependency beyond Python itself.
     client.retrieve("query", docs, passage="window")  # text: chunk (default), window or document
     client.search("query", k=5)
 
-Every failure is a RetrieveError with the server's `code`, `retryable` and `trace_id`.
+Every failure is a RetrieveError with the server's `code`, `retryable` and `trace_id`. A 429 is
+sent again after the server's Retry-After (for up to `rate_limit_wait` seconds per call), so the
+LangChain and LlamaIndex retrievers built on this client honour it too.
 """
 
 from __future__ import annotations
@@ -24,22 +26,54 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 class RetrieveError(Exception):
     """An error answer of the API (or a transport failure: code UNAVAILABLE, retryable)."""
 
-    def __init__(self, code: str, message: str, *, status: int | None = None, retryable: bool = False, trace_id=None):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        trace_id=None,
+        retry_after: float | None = None,
+    ):
         super().__init__(f"{code}: {message}")
         self.code, self.message, self.status = code, message, status
         self.retryable, self.trace_id = retryable, trace_id
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After
+
+
+RETRY_AFTER_MAX_S = 60.0  # one wait is never longer, whatever the server says
 
 
 class RetrieveClient:
-    def __init__(self, base_url: str, timeout: float = 30.0, token: str | None = None):
+    """`rate_limit_wait`: seconds one call may spend in all waiting out 429 answers (each wait as
+    long as the server's Retry-After) before the 429 is raised as a RetrieveError; 0 raises at
+    once."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0, token: str | None = None, rate_limit_wait: float = 60.0):
         if not base_url.lower().startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.token = token
+        self.rate_limit_wait = rate_limit_wait
 
     # --- transport ------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: Any = None, headers: dict | None = None) -> tuple[int, Any]:
+        """One call; a 429 is sent again after its Retry-After while rate_limit_wait lasts (a
+        rate-limited request was not run, so sending it again is safe)."""
+        waited = 0.0
+        while True:
+            try:
+                return self._request_once(method, path, body, headers)
+            except RetrieveError as exc:
+                pause = exc.retry_after
+                if exc.status != 429 or pause is None or waited + pause > self.rate_limit_wait:
+                    raise
+            time.sleep(pause)
+            waited += pause
+
+    def _request_once(self, method: str, path: str, body: Any, headers: dict | None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode("utf-8")
         h = {"Accept": "application/json", **(headers or {})}
         if data is not None:
@@ -150,10 +184,19 @@ def _error_of(exc: urllib.error.HTTPError) -> RetrieveError:
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
         err = {}
+    retry_after = None
+    header = exc.headers.get("Retry-After") if exc.headers is not None else None
+    if exc.code == 429:
+        try:
+            retry_after = float(header) if header is not None else 1.0
+        except ValueError:
+            retry_after = 1.0
+        retry_after = min(max(retry_after, 0.1), RETRY_AFTER_MAX_S)
     return RetrieveError(
         err.get("code") or f"HTTP_{exc.code}",
         err.get("message") or str(exc.reason),
         status=exc.code,
         retryable=bool(err.get("retryable", exc.code in (408, 429, 500, 502, 503, 504))),
         trace_id=body.get("trace_id") if isinstance(body, dict) else None,
+        retry_after=retry_after,
     )

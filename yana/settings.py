@@ -222,9 +222,16 @@ class Settings(BaseSettings):
     api_port: int = 8000
     auth_enabled: bool = False
     auth_tokens: CsvList = Field(default_factory=list)
+    # Wrong-token guessing: after this many failed authentications from one client address within
+    # the window (from the first failure), that address gets 429 + Retry-After until it ends.
+    auth_fail_limit: int = 20
+    auth_fail_window_s: float = 60.0
     rate_limit: str = "5/second"
     rate_burst: int = 50
     idempotency_ttl_s: int = 24 * 3600
+    # An API process refreshes its liveness key this often / 3; an Idempotency-Key claim whose
+    # holder's key is gone (the process died mid-request) is taken over by the next retry.
+    api_liveness_ttl_s: float = 6.0
     build: str = "dev"
     # Defaults of every route; a route overrides them with api.contract.contract(...) in its
     # openapi_extra, and operators per operation_id with ROUTE_POLICIES (JSON), e.g.

@@ -70,15 +70,21 @@ def caller_identity(token: str | None, client_host: str | None) -> str:
     return "a:" + (client_host or "unknown")
 
 
-def flower_auth_args(settings: Settings) -> list[str]:
-    """Flower CLI arguments that make it answer 401 without a valid token when auth is on.
+FLOWER_AUTH_ENV = "FLOWER_BASIC_AUTH"
+
+
+def flower_auth_env(settings: Settings) -> dict[str, str]:
+    """Environment that makes Flower answer 401 without a valid token when auth is on.
 
     Flower has no bearer scheme; its HTTP Basic auth takes a list of user:password pairs, so
     every API token becomes a password of user `yana`: `curl -u yana:$TOKEN http://flower/...`.
-    Basic auth also covers Flower's /api (FLOWER_UNAUTHENTICATED_API is then irrelevant). With
-    auth on and no token, a random password nobody knows keeps Flower closed.
+    Passed as FLOWER_BASIC_AUTH (Flower reads FLOWER_<OPTION> variables), not `--basic-auth=` on
+    the command line, where `ps` shows it to every user of the host. Basic auth also covers
+    Flower's /api (FLOWER_UNAUTHENTICATED_API is then irrelevant); cli/flower_main.py extends it
+    to /metrics and /healthcheck. With auth on and no token, a random password nobody knows keeps
+    Flower closed.
     """
     if not settings.auth_enabled:
-        return []
+        return {}
     tokens = [t for t in settings.auth_tokens if t] or [secrets.token_urlsafe(32)]
-    return ["--basic-auth=" + ",".join(f"{FLOWER_USER}:{t}" for t in tokens)]
+    return {FLOWER_AUTH_ENV: ",".join(f"{FLOWER_USER}:{t}" for t in tokens)}

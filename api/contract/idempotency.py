@@ -5,7 +5,10 @@ completed response. A retry with the same key and the same request gets the firs
 again (`Idempotent-Replayed: true`); the same key while the first is still running gets 409; the
 same key with another request gets 422; an empty or malformed key 400. Only 2xx responses are
 kept: after an error the key is released and a retry runs again. After a time-out the claim is
-left to expire with its lease, since the handler may still be creating the job. A release that
+left to expire with its lease, since the handler may still be creating the job. A claim records
+the API process holding it; when that process dies mid-request (kill -9, OOM, a host lost) its
+liveness key (api.contract.liveness) expires within seconds and the next retry takes the claim
+over instead of getting 409 for the rest of the lease. A release that
 Redis could not take (the master died mid-request; a Sentinel failover) is tried again in the
 background until the new master answers: left in place, the claim would answer every retry of
 the key with 409 for its whole lease (a minute by default) after Redis is back.
@@ -33,6 +36,7 @@ from urllib.parse import parse_qsl
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, WatchError
 
+from api.contract.liveness import alive_key
 from yana.errors import ErrorCode, YanaError, bad_request, conflict
 
 log = logging.getLogger("yana.idempotency")
@@ -93,10 +97,27 @@ class StoredResponse:
     body: bytes
 
 
+# KEYS[1] the claim, KEYS[2] its holder's liveness key; ARGV: the holder's owner id as read, our
+# record, lease s. Takes the claim iff it is still that holder's in-flight claim and the holder's
+# liveness key is gone (the process died). Returns 1 when taken.
+_TAKE_OVER = """
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+local rec = cjson.decode(raw)
+if rec['owner'] ~= ARGV[1] or rec['state'] == 'complete' then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
+return 1
+"""
+
+
 class IdempotencyStore:
-    def __init__(self, redis: Redis, ttl_s: int):
+    def __init__(self, redis: Redis, ttl_s: int, process_id: str | None = None):
         self.r = redis
         self.ttl_s = ttl_s
+        # This API process's id (api.contract.liveness): recorded in a claim so that a retry can
+        # tell when its holder died.
+        self.process_id = process_id
 
     @staticmethod
     def redis_key(identity: str, key: str) -> str:
@@ -112,7 +133,7 @@ class IdempotencyStore:
         Raises 409 while another request with the key runs, 422 for a different request."""
         rkey = self.redis_key(identity, key)
         owner = uuid.uuid4().hex
-        record = json.dumps({"state": "in_flight", "fp": fp, "owner": owner})
+        record = json.dumps({"state": "in_flight", "fp": fp, "owner": owner, "proc": self.process_id})
         for _ in range(3):
             if await self.r.set(rkey, record, nx=True, ex=max(1, lease_s)):
                 return Claim(rkey, owner)
@@ -128,6 +149,11 @@ class IdempotencyStore:
                     # lease cannot tell). Run again; job creation returns the job bound to the key.
                     await self.r.set(rkey, record, xx=True, ex=max(1, lease_s))  # ours now
                     return Claim(rkey, owner)
+                if await self._holder_dead(rkey, stored, record, lease_s):
+                    # The process holding it died mid-request (its liveness key expired): ours now,
+                    # rather than 409 until the lease runs out.
+                    log.info("idempotency claim of a dead API process taken over")
+                    return Claim(rkey, owner)
                 err = conflict("a request with this Idempotency-Key is still being processed", retryable=True)
                 err.headers = {"Retry-After": "1"}  # type: ignore[attr-defined]
                 raise err
@@ -135,6 +161,13 @@ class IdempotencyStore:
                 stored["status"], [tuple(h) for h in stored["headers"]], base64.b64decode(stored["body"])
             )
         raise conflict("Idempotency-Key is contended, retry", retryable=True)
+
+    async def _holder_dead(self, rkey: str, stored: dict, record: str, lease_s: int) -> bool:
+        holder = stored.get("proc")
+        if not holder or not stored.get("owner"):
+            return False  # a claim written before holders were recorded: its lease decides
+        taken = await self.r.eval(_TAKE_OVER, 2, rkey, alive_key(holder), stored["owner"], record, max(1, lease_s))
+        return bool(taken)
 
     async def complete(self, claim: Claim, fp: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         kept = [(k, v) for k, v in headers if k.lower() in _REPLAY_HEADERS]

@@ -15,6 +15,8 @@ client would.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 from typing import Any
 from urllib.parse import quote
@@ -24,12 +26,14 @@ import mcp.types as types
 from fastapi import FastAPI
 from fastapi_mcp import FastApiMCP
 
+from yana import context
 from yana.settings import Settings
 
 MCP_PATH = "/mcp"
-# Operations that answer bytes, not the JSON envelope (a label's image): documented in OpenAPI,
-# not offered as tools (a tool result is JSON text). Search hits carry their URL instead.
+# Operations that answer bytes, not the JSON envelope (a label's image): a tool too, whose result
+# is MCP image content (base64 with its media type) instead of JSON text.
 BINARY_OPERATIONS = ["label_image"]
+MAX_ERROR_TEXT = 2000  # characters of an error text a tool result or JSON-RPC error may carry
 FORWARDED_HEADERS = ["authorization", "x-run-id", "x-trace-id", "traceparent", "tracestate"]
 
 
@@ -45,8 +49,19 @@ def tool_result(status: int, payload: Any, raw_text: str) -> types.CallToolResul
 
 
 def error_result(code: str, message: str, retryable: bool = False) -> types.CallToolResult:
-    body = {"error": {"code": code, "message": message, "retryable": retryable}}
+    body = {"error": {"code": code, "message": message, "retryable": retryable}, **context.body_ids()}
     return tool_result(400, body, "")
+
+
+def binary_result(content_type: str, data: bytes) -> types.CallToolResult:
+    """A route's bytes as a tool result: an image as MCP image content, anything else as base64
+    text (a tool result cannot carry raw bytes)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    encoded = base64.b64encode(data).decode()
+    if media.startswith("image/"):
+        return types.CallToolResult(content=[types.ImageContent(type="image", data=encoded, mimeType=media)])
+    text = json.dumps({"content_type": media, "base64": encoded})
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
 def route_request(op: dict[str, Any], arguments: dict[str, Any]) -> tuple[str, str, dict, dict, Any]:
@@ -74,12 +89,38 @@ async def call_route(
     client: httpx.AsyncClient, op: dict[str, Any], arguments: dict[str, Any], headers: dict | None = None
 ) -> types.CallToolResult:
     method, path, query, own_headers, body = route_request(op, arguments)
-    response = await client.request(method, path, params=query, headers={**(headers or {}), **own_headers}, json=body)
+    waited = 0.0
+    while True:
+        response = await client.request(
+            method, path, params=query, headers={**(headers or {}), **own_headers}, json=body
+        )
+        # Rate limited (the stdio bridge's calls are counted; /mcp's in-process ones are not):
+        # wait as told, up to RATE_WAIT_S per call, then the 429 is the tool's error.
+        pause = _retry_after(response)
+        if pause is None or waited + pause > RATE_WAIT_S:
+            break
+        await asyncio.sleep(pause)
+        waited += pause
+    content_type = response.headers.get("content-type", "")
+    if response.status_code < 400 and not content_type.startswith("application/json"):
+        return binary_result(content_type, response.content)
     try:
         payload = response.json()
     except ValueError:
         payload = None
     return tool_result(response.status_code, payload, response.text)
+
+
+RATE_WAIT_S = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    if response.status_code != 429:
+        return None
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.1), RATE_WAIT_S)
+    except ValueError:
+        return 1.0
 
 
 class YanaMCP(FastApiMCP):
@@ -113,7 +154,6 @@ def mount_mcp(app: FastAPI, settings: Settings, internal_header: str, internal_s
         http_client=client,
         headers=FORWARDED_HEADERS,
         describe_all_responses=False,
-        exclude_operations=BINARY_OPERATIONS,
     )
     mcp.mount_http(app, mount_path=MCP_PATH)
     return mcp

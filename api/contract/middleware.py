@@ -17,6 +17,7 @@ import logging
 import re
 import time
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from fastapi import FastAPI
@@ -31,8 +32,10 @@ from api.contract.auth import BearerAuth, bearer_token, caller_identity
 from api.contract.errors import error_response, from_exception
 from api.contract.idempotency import HEADER as IDEMPOTENCY_HEADER
 from api.contract.idempotency import REPLAYED_HEADER, Claim, IdempotencyStore, StoredResponse, fingerprint, parse_key
+from api.contract.liveness import ProcessLiveness
+from api.contract.mcp import MAX_ERROR_TEXT, MCP_PATH
 from api.contract.policy import ResolvedPolicy, media_type_accepted
-from api.contract.ratelimit import Rate, TokenBucketLimiter
+from api.contract.ratelimit import AuthFailureLimiter, Rate, TokenBucketLimiter
 from api.contract.routing import RouteIndex
 from yana import POLICY_VERSION, __version__, context
 from yana.clients import get_async_redis
@@ -80,6 +83,10 @@ def json_depth(body: bytes, limit: int) -> int:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _depth_of_text(body, limit)
+    return _depth_of_value(data, limit)
+
+
+def _depth_of_value(data: Any, limit: int) -> int:
     deepest = 0
     stack: list[tuple[Any, int]] = [(data, 1)]
     while stack:
@@ -90,6 +97,154 @@ def json_depth(body: bytes, limit: int) -> int:
                 break
             stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
     return deepest
+
+
+def check_json(body: bytes) -> None:
+    """Refuse what RFC 8259 does not allow but Python's json (FastAPI's parser) accepts: NaN,
+    Infinity and -Infinity, numbers that overflow to infinity, a byte order mark; and anything
+    nested deeper than MAX_JSON_DEPTH. orjson is strict about all of these."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if _depth_of_text(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
+        raise YanaError.of(ErrorCode.BAD_REQUEST, f"malformed JSON body: {exc}") from None
+    if _depth_of_value(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def check_no_body(body: bytes) -> None:
+    """An operation without a request body refuses one that is there, rather than ignoring it
+    (a malformed `{` is a client's bug worth telling); an empty object or null is no body."""
+    if body.strip() in (b"", b"{}", b"null"):
+        return
+    raise YanaError.of(ErrorCode.BAD_REQUEST, "this operation takes no request body (send none, or {})")
+
+
+_ENCODED_SLASH = re.compile(rb"%2f", re.IGNORECASE)
+
+
+def keep_encoded_slashes(scope: Scope) -> None:
+    """`/v1%2fversion` is one path segment, not `/v1/version`: the server decodes %2F into the
+    path the router matches, so it is put back as %2F within its segment (no route takes a slash
+    inside a parameter; such a request now answers 404 or its route's own id check)."""
+    raw = scope.get("raw_path")
+    if not raw or not _ENCODED_SLASH.search(raw):
+        return
+    text = raw.decode("latin-1")
+    scope["path"] = "/".join(
+        unquote(seg, encoding="utf-8", errors="surrogateescape").replace("/", "%2F") for seg in text.split("/")
+    )
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... ({len(text) - limit} more characters not shown)"
+
+
+def rewrite_mcp_message(msg: Any) -> Any:
+    """A JSON-RPC message from /mcp as it leaves: an error carries the request's run_id and
+    trace_id in `error.data` (its shape stays JSON-RPC's); an error message, or the text of a tool
+    error result (the SDK's input validation quotes the offending argument whole), is cut to
+    MAX_ERROR_TEXT characters."""
+    if isinstance(msg, list):
+        return [rewrite_mcp_message(m) for m in msg]
+    if not isinstance(msg, dict):
+        return msg
+    err = msg.get("error")
+    if isinstance(err, dict):
+        data = err.get("data")
+        ids = context.body_ids()
+        if isinstance(data, dict):
+            err["data"] = {**data, **ids}
+        else:
+            err["data"] = {**ids, **({"detail": _truncate(str(data), MAX_ERROR_TEXT)} if data else {})}
+        if isinstance(err.get("message"), str):
+            err["message"] = _truncate(err["message"], MAX_ERROR_TEXT)
+    result = msg.get("result")
+    if isinstance(result, dict) and result.get("isError"):
+        for item in result.get("content") or []:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                item["text"] = _truncate(item["text"], MAX_ERROR_TEXT)
+    return msg
+
+
+class McpResponse:
+    """Rewrites what /mcp sends (rewrite_mcp_message): a JSON answer whole, an event stream event
+    by event; a plain-text error of the transport (wrong Accept, no session) becomes a JSON-RPC
+    error with the ids."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self.start: Message | None = None
+        self.mode = "pass"
+        self.chunks: list[bytes] = []
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = Headers(raw=list(message.get("headers", [])))
+            ctype = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+            if ctype == "text/event-stream":
+                self.mode = "sse"
+            elif ctype == "application/json" or message["status"] >= 400:
+                self.mode = "json"
+                self.start = message
+                return
+            await self._send(message)
+            return
+        if message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        if self.mode == "sse":
+            await self._send({**message, "body": self._rewrite_events(message.get("body", b""))})
+            return
+        if self.mode == "json":
+            self.chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            assert self.start is not None
+            body = self._rewrite_json(b"".join(self.chunks), self.start["status"])
+            headers = [
+                (k, v)
+                for k, v in self.start.get("headers", [])
+                if k.lower() not in (b"content-length", b"content-type")
+            ]
+            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await self._send({**self.start, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        await self._send(message)
+
+    @staticmethod
+    def _rewrite_json(body: bytes, status: int) -> bytes:
+        try:
+            data = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            data = None
+        if data is None and status >= 400:  # the transport's plain text
+            text = body.decode("utf-8", "replace").strip() or "request refused"
+            data = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": text}}
+        if data is None:
+            return body
+        return orjson.dumps(rewrite_mcp_message(data))
+
+    @staticmethod
+    def _rewrite_events(chunk: bytes) -> bytes:
+        if b"data:" not in chunk:
+            return chunk
+        lines = chunk.split(b"\n")
+        for i, line in enumerate(lines):
+            stripped = line.rstrip(b"\r")
+            if not stripped.startswith(b"data:"):
+                continue
+            try:
+                msg = orjson.loads(stripped[5:])
+            except orjson.JSONDecodeError:
+                continue
+            ending = line[len(stripped) :]
+            lines[i] = b"data: " + orjson.dumps(rewrite_mcp_message(msg)) + ending
+        return b"\n".join(lines)
 
 
 def _json_request(headers: Headers) -> bool:
@@ -110,6 +265,11 @@ def add_versions(body: bytes) -> bytes:
     for k, v in _VERSIONS.items():
         data.setdefault(k, v)
     return orjson.dumps(data)
+
+
+def _is_mcp(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 class ResponseBuffer:
@@ -222,6 +382,8 @@ class ContractMiddleware:
         self.default_rate = Rate.parse(settings.rate_limit, settings.rate_burst)
         self.internal_secret = internal_secret.encode()
         self._limiter: tuple[Redis, TokenBucketLimiter] | None = None
+        self._auth_failures: tuple[Redis, AuthFailureLimiter] | None = None
+        self.liveness = ProcessLiveness(settings.api_liveness_ttl_s)
         self._background: set[asyncio.Task] = set()  # idempotency releases retried after a Redis failure
 
     # -- shared state -------------------------------------------------------------------------
@@ -248,6 +410,7 @@ class ContractMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        keep_encoded_slashes(scope)
         corr, tracestate = correlation.from_headers(scope.get("headers", []))
         scope["headers"] = correlation.rewrite_request_headers(scope.get("headers", []), corr, tracestate)
         ctx_token = context.set_current(corr)
@@ -295,10 +458,7 @@ class ContractMiddleware:
         client = scope.get("client")
         identity = None
         if not rp.policy.public:
-            token = self.auth.authenticate(headers.get("authorization"))
-            identity = caller_identity(token, client[0] if client else None)
-            if not self._internal(headers):
-                await self.check_rate(identity, rp)
+            identity = await self.admit(headers, client[0] if client else None, rp)
 
         method = scope.get("method", "GET")
         length_header = headers.get("content-length")
@@ -320,11 +480,14 @@ class ContractMiddleware:
             raise YanaError.of(ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {rp.body_cap} bytes")
         receive = capped_receive(receive, rp.body_cap)
         body: bytes | None = None
-        if has_body and method in _BODY_METHODS and _json_request(headers):
-            body = await read_body(receive)
-            if json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-                raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
-            receive = replaying_receive(body, receive)
+        if has_body and method in _BODY_METHODS:
+            body, receive = await self.checked_body(headers, receive, rp)
+
+        if _is_mcp(scope):
+            if method == "POST" and not _json_request(headers):
+                raise YanaError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json")
+            await self.app(scope, receive, McpResponse(send).send)
+            return
 
         raw_key = headers.get(IDEMPOTENCY_HEADER)
         if rp.idempotent and method == "POST" and raw_key is not None:
@@ -332,6 +495,68 @@ class ContractMiddleware:
             await self.idempotent_call(scope, receive, send, rp, identity, raw_key, body)
             return
         await self.call_app(scope, receive, send, rp)
+
+    @staticmethod
+    async def checked_body(headers: Headers, receive: Receive, rp: ResolvedPolicy) -> tuple[bytes | None, Receive]:
+        """Read and check a body before the app: one sent to an operation that takes none (400),
+        JSON that RFC 8259 does not allow or that nests too deep (400). Returns the body (None when
+        left unread: forms and uploads stream to the route) and the receive that replays it."""
+        if rp.api_route and not rp.has_body:
+            body = await read_body(receive)
+            check_no_body(body)
+            return body, replaying_receive(body, receive)
+        if not _json_request(headers):
+            return None, receive
+        body = await read_body(receive)
+        if rp.api_route:
+            check_json(body)
+        elif json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+        return body, replaying_receive(body, receive)
+
+    async def admit(self, headers: Headers, address: str | None, rp: ResolvedPolicy) -> str:
+        """Authenticate and rate-limit a request to a protected route; returns the caller's
+        identity. A wrong token is 401 and counts against its address; once the address has failed
+        AUTH_FAIL_LIMIT times in AUTH_FAIL_WINDOW_S every request of it is 429, a right token
+        included (checked together with the token bucket, so one Redis round trip as before).
+        In-process MCP tool calls carry the caller's own header and were counted on /mcp already."""
+        internal = self._internal(headers)
+        if not self.auth.enabled:
+            identity = caller_identity(None, address)
+            if not internal:
+                await self.check_rate(identity, rp)
+            return identity
+        where = address or "unknown"
+        try:
+            token = self.auth.authenticate(headers.get("authorization"))
+        except YanaError:
+            if not internal:
+                decision = await self.auth_failures().failed(where)
+                if not decision.allowed:
+                    raise self._auth_throttled(decision) from None
+            raise
+        identity = caller_identity(token, address)
+        if not internal:
+            lock, _ = await asyncio.gather(self.auth_failures().check(where), self.check_rate(identity, rp))
+            if not lock.allowed:
+                raise self._auth_throttled(lock)
+        return identity
+
+    @staticmethod
+    def _auth_throttled(decision) -> YanaError:
+        err = YanaError.of(
+            ErrorCode.RATE_LIMITED,
+            f"too many failed authentications from this address; retry in {decision.retry_after_s} s",
+        )
+        err.headers = {"Retry-After": str(decision.retry_after_s)}  # type: ignore[attr-defined]
+        return err
+
+    def auth_failures(self) -> AuthFailureLimiter:
+        r = self.redis()
+        if self._auth_failures is None or self._auth_failures[0] is not r:
+            limiter = AuthFailureLimiter(r, self.settings.auth_fail_limit, self.settings.auth_fail_window_s)
+            self._auth_failures = (r, limiter)
+        return self._auth_failures[1]
 
     def _internal(self, headers: Headers) -> bool:
         given = headers.get(INTERNAL_HEADER)
@@ -387,7 +612,9 @@ class ContractMiddleware:
         fp = fingerprint(
             scope["method"], scope["path"], scope.get("query_string", b""), headers.get("content-type"), body
         )
-        store = IdempotencyStore(self.redis(), self.settings.idempotency_ttl_s)
+        redis = self.redis()
+        await self.liveness.ensure(redis)
+        store = IdempotencyStore(redis, self.settings.idempotency_ttl_s, self.liveness.process_id)
         lease_s = int((rp.timeout(self.settings) or self.settings.request_timeout_s) + 30)
         claimed = await store.claim(identity, key, fp, lease_s)
         if isinstance(claimed, StoredResponse):

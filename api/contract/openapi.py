@@ -54,7 +54,9 @@ _IDEMPOTENCY_PARAM = {
     "required": False,
     "description": "Makes the POST safe to retry: the same key and body replay the first response "
     "(Idempotent-Replayed: true); the same key while the first runs -> 409; "
-    "with another body -> 422 (IETF draft-ietf-httpapi-idempotency-key-header)",
+    "with another body -> 422 (IETF draft-ietf-httpapi-idempotency-key-header). Scope: a key "
+    "belongs to the caller's bearer token when auth is on (the same key from any address is the "
+    "same request), to the client address when auth is off; kept IDEMPOTENCY_TTL_S after success",
     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
 }
 

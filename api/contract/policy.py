@@ -59,6 +59,11 @@ class RoutePolicy:
 
 _FIELDS = {f.name for f in fields(RoutePolicy)}
 
+# Rate of the operations an agent's retriever loop calls back to back (retrieve, search, memo
+# search), each in its own bucket: one caller sending warm requests one after another (~20-60 per
+# second) must not hit 429 after the default burst of 50. Still a limit: a flood is refused.
+AGENT_RATE: dict[str, Any] = {"rate": "100/second", "burst": 500}
+
 
 def declared_public(route: Any) -> bool:
     """Whether a route declares itself open (contract(public=True)); ROUTE_POLICIES cannot."""

@@ -95,3 +95,55 @@ class TokenBucketLimiter:
         except RedisError as exc:
             log.warning("rate limiter unavailable, allowing: %s", type(exc).__name__)
             return Decision(True, 0, rate.burst)
+
+
+AUTH_FAIL_PREFIX = "yana:authfail:"
+
+# KEYS[1] the address's failure counter; ARGV: limit, window ms, record (1: count a failure now).
+# Returns {refused, retry_after_ms, failures}. A fixed window from the first failure: after
+# `limit` failures every request of the address is refused until the window ends.
+_AUTH_FAIL = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+local limit = tonumber(ARGV[1])
+if n >= limit then
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]); ttl = tonumber(ARGV[2]) end
+  return {1, ttl, n}
+end
+if ARGV[3] == '1' then
+  n = redis.call('INCR', KEYS[1])
+  if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+end
+return {0, 0, n}
+"""
+
+
+class AuthFailureLimiter:
+    """Wrong-token guessing slowed down per client address, shared by every API process (Redis):
+    after AUTH_FAIL_LIMIT failed authentications within AUTH_FAIL_WINDOW_S of the first, every
+    request of that address answers 429 with Retry-After until the window ends, whatever token it
+    carries (a valid token must not tell a guesser it was right). Fails open on a Redis outage,
+    as the rate limiter does."""
+
+    def __init__(self, redis: Redis, limit: int, window_s: float):
+        self._script = redis.register_script(_AUTH_FAIL)
+        self.limit = max(1, limit)
+        self.window_ms = max(1000, int(window_s * 1000))
+
+    async def _run(self, address: str, record: bool) -> Decision:
+        try:
+            refused, retry_ms, n = await self._script(
+                keys=[AUTH_FAIL_PREFIX + address], args=[self.limit, self.window_ms, "1" if record else "0"]
+            )
+        except RedisError as exc:
+            log.warning("auth failure limiter unavailable, allowing: %s", type(exc).__name__)
+            return Decision(True, 0, self.limit)
+        return Decision(not refused, max(1, math.ceil(int(retry_ms) / 1000)) if refused else 0, self.limit - int(n))
+
+    async def check(self, address: str) -> Decision:
+        """Whether the address may try to authenticate now."""
+        return await self._run(address, record=False)
+
+    async def failed(self, address: str) -> Decision:
+        """Count one failed authentication of the address."""
+        return await self._run(address, record=True)

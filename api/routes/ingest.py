@@ -96,6 +96,8 @@ def _image_from_json(obj: IngestItem, base: dict) -> ingest_accept.ImageInput:
     elif obj.image_path:
         if not obj.image_path.startswith("/"):
             img.error = YanaError.of(ErrorCode.BAD_REQUEST, "image_path must be an absolute path")
+        elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in obj.image_path):
+            img.error = YanaError.of(ErrorCode.BAD_REQUEST, "image_path must not contain NUL or control characters")
         else:
             img.url = pathlib.PurePosixPath(obj.image_path).as_uri()  # judged as file:// (IMPORT_DIR)
     elif obj.image_base64:

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.contract.policy import contract
+from api.contract.policy import AGENT_RATE, contract
 from api.schemas import ERRORS, Envelope
 from pipelines.memo import service as memo
 from yana.clients import get_chroma, get_redis
@@ -155,7 +155,7 @@ async def save_memo(req: SaveMemoRequest) -> dict:
     summary="Search memos by meaning; one result per memo with its best distance and the raw text while it lives",
     response_model=QueryMemoResponse,
     responses=ERRORS(422),
-    openapi_extra=contract(timeout_s=5),
+    openapi_extra=contract(timeout_s=5, **AGENT_RATE),
 )
 async def query_memo(
     query: Annotated[str, Query(min_length=1, max_length=QUERY_MAX_CHARS, description="what to look for")],

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 
-from api.contract.policy import contract
+from api.contract.policy import AGENT_RATE, contract
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines import retrieve as P
@@ -155,6 +155,7 @@ def _sync(req: RetrieveRequest, docs: list[dict], opts: P.Options, deadline: flo
         timeout_grace_s=10.0,
         max_body_bytes=64 * 1024 * 1024,
         schema_error_status=422,
+        **AGENT_RATE,
     ),
 )
 async def retrieve(req: RetrieveRequest, request: Request):

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.datastructures import UploadFile
 
-from api.contract.policy import contract
+from api.contract.policy import AGENT_RATE, contract
 from api.schemas import ERRORS, Envelope, inline_schema
 from pipelines.ingest import identify
 from pipelines.labels.model import LabelHit
@@ -105,7 +105,7 @@ async def _run(req: SearchRequest) -> dict:
     summary="Hybrid search over labels (lexical + dense + metadata bonus), filtered and paged",
     response_model=SearchResponse,
     responses=ERRORS(408, 422),
-    openapi_extra=contract(timeout_s=2),
+    openapi_extra=contract(timeout_s=2, **AGENT_RATE),
 )
 async def search_post(req: SearchRequest) -> dict:
     return await _run(req)
@@ -117,7 +117,7 @@ async def search_post(req: SearchRequest) -> dict:
     summary="The same search with query parameters (filters as category/region/brewery)",
     response_model=SearchResponse,
     responses=ERRORS(408, 422),
-    openapi_extra=contract(timeout_s=2),
+    openapi_extra=contract(timeout_s=2, **AGENT_RATE),
 )
 async def search_get(
     query_text: Annotated[

@@ -28,7 +28,7 @@ from pipelines.neardup import hashing
 from pipelines.neardup import index as phash_index
 from pipelines.runtime.jobs import TERMINAL, job_key
 from pipelines.runtime.safe_http import resolve_target
-from pipelines.text.check import is_blank
+from pipelines.text.check import is_blank, unsafe_identifier_char
 from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError
 from yana.ids import new_job_id
@@ -41,6 +41,7 @@ STAGING = "incoming"  # blob keys incoming/<job id>/<item index>.bin
 METADATA_MAX_KEYS = 64
 METADATA_KEY_MAX_CHARS = 128
 METADATA_VALUE_MAX_CHARS = 4096
+HEADER_PROBE_BYTES = 256 * 1024  # enough for any header's size fields (JPEG's may follow EXIF)
 
 # enqueue(job_id, params, callback_url) -> the accepted job (created record, message sent).
 Enqueue = Callable[[str, dict, str | None], dict]
@@ -114,10 +115,13 @@ def check_image(img: ImageInput, s: Settings) -> dict:
     source = _image_source(img)
     if img.data is not None:
         image_io.check_bytes(img.data, s.max_image_bytes)
+        image_io.check_header_pixels(img.data, s.max_image_pixels)
     elif source["kind"] == "file":
         p = sources.import_path(source["path"], s.import_dir)
         if p.stat().st_size > s.max_image_bytes:
             raise YanaError.of(ErrorCode.IMAGE_TOO_LARGE, f"image is larger than {s.max_image_bytes} bytes")
+        with p.open("rb") as f:  # the header is in the first bytes; PIL reads no further to size it
+            image_io.check_header_pixels(f.read(HEADER_PROBE_BYTES), s.max_image_pixels)
     else:
         sources.check_url(source["url"], s.fetch_allow)
     return source
@@ -151,6 +155,12 @@ def check_documents(documents: list[dict]) -> list[dict]:
         doc_id, text = doc.get("id"), doc.get("text")
         if not isinstance(doc_id, str) or is_blank(doc_id):
             raise YanaError.of(ErrorCode.BAD_REQUEST, f"{where}.id must not be blank")
+        bad = unsafe_identifier_char(doc_id)
+        if bad is not None:
+            raise YanaError.of(
+                ErrorCode.BAD_REQUEST,
+                f"{where}.id must not contain control or bidirectional characters (U+{ord(bad):04X})",
+            )
         if not isinstance(text, str) or is_blank(text):
             raise YanaError.of(ErrorCode.BAD_REQUEST, f"{where}.text must not be blank")
         out.append({"id": doc_id, "text": text, "metadata": _check_metadata(where, doc.get("metadata"))})

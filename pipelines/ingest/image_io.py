@@ -58,6 +58,29 @@ def check_bytes(data: bytes, max_bytes: int) -> str:
     return fmt
 
 
+def check_header_pixels(data: bytes, max_pixels: int) -> None:
+    """Refuse an image whose header already announces more than max_pixels (a decompression
+    bomb), without decompressing a pixel: the API answers at submit instead of accepting a job that
+    can only fail. A header that cannot be read is left to the decoder (CORRUPT_IMAGE in the job)."""
+    fmt = sniff_format(data)
+    if fmt is None:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=[fmt]) as img:
+                w, h = img.size
+    except Image.DecompressionBombError as exc:
+        raise YanaError.of(ErrorCode.IMAGE_TOO_MANY_PIXELS, f"decompression bomb refused: {exc}") from exc
+    except Exception:  # noqa: BLE001 - unreadable header: the job's decoder judges it
+        return
+    if w * h > max_pixels:
+        raise YanaError.of(
+            ErrorCode.IMAGE_TOO_MANY_PIXELS,
+            f"image is {w}x{h} pixels; the limit is {max_pixels} (decompression bomb guard)",
+        )
+
+
 def decode_image(data: bytes, *, max_bytes: int, max_pixels: int) -> DecodedImage:
     fmt = check_bytes(data, max_bytes)
     try:

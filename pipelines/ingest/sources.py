@@ -34,6 +34,10 @@ def import_path(uri_or_path: str, import_dir: Path | None) -> Path:
         if parts.netloc not in ("", "localhost"):
             raise YanaError.of(ErrorCode.PATH_NOT_ALLOWED, "file:// URIs must name a local path")
         raw = unquote(parts.path)
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+        # A NUL makes every OS call raise ValueError; other control characters name no file a
+        # client means. Bad input either way: 400, never retryable.
+        raise YanaError.of(ErrorCode.BAD_REQUEST, "file path must not contain NUL or control characters")
     base = Path(import_dir).resolve()
     p = Path(raw)
     if not p.is_absolute():
@@ -42,7 +46,7 @@ def import_path(uri_or_path: str, import_dir: Path | None) -> Path:
     # not it exists (no existence oracle for the server's files).
     try:
         real = p.resolve()
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, ValueError) as exc:
         raise YanaError.of(ErrorCode.PATH_NOT_ALLOWED, "path is outside the import folder") from exc
     if real != base and base not in real.parents:
         raise YanaError.of(ErrorCode.PATH_NOT_ALLOWED, "path is outside the import folder")

@@ -4,11 +4,13 @@ too when auth is on."""
 from __future__ import annotations
 
 import base64
+import os
+from pathlib import Path
 
 import httpx
 import pytest
 
-from api.contract.auth import BearerAuth, bearer_token, flower_auth_args
+from api.contract.auth import FLOWER_AUTH_ENV, BearerAuth, bearer_token, flower_auth_env
 from cli import processes
 from tests.api.contract_support import assert_error, contract_server
 from yana.settings import Settings
@@ -30,7 +32,12 @@ INIT = {
 @pytest.fixture(scope="module")
 def locked(redis_url):
     with contract_server(
-        REDIS_URL=redis_url, AUTH_ENABLED="true", AUTH_TOKENS=TOKENS, RATE_BURST="100000", RATE_LIMIT="1000/second"
+        REDIS_URL=redis_url,
+        AUTH_ENABLED="true",
+        AUTH_TOKENS=TOKENS,
+        RATE_BURST="100000",
+        RATE_LIMIT="1000/second",
+        AUTH_FAIL_LIMIT="100000",  # these tests send many wrong tokens on purpose
     ) as c:
         yield c
 
@@ -126,18 +133,63 @@ def test_bearer_parsing_and_constant_time_check():
 
 def test_flower_answers_401_without_a_valid_token(stack, tmp_path):
     settings = Settings(auth_enabled=True, auth_tokens=TOKENS)
-    args = flower_auth_args(settings)
-    assert flower_auth_args(Settings(auth_enabled=False)) == []
+    flower_env = flower_auth_env(settings)
+    assert flower_auth_env(Settings(auth_enabled=False)) == {}
     env = {k: v for k, v in stack.env.items() if k != "FLOWER_UNAUTHENTICATED_API"}
-    svc = processes.start_flower(env, processes.free_port(), tmp_path, args)
+    svc = processes.start_flower({**env, **flower_env}, processes.free_port(), tmp_path)
     try:
         processes.wait_healthy(svc, timeout_s=60)
+        # The tokens are not on any process's command line (`ps` shows those to every user).
+        cmdline = Path(f"/proc/{svc.proc.pid}/cmdline").read_bytes().decode(errors="replace")
+        assert "--basic-auth" not in cmdline
+        for token in TOKENS.split(","):
+            assert token not in cmdline
         with httpx.Client(base_url=svc.url, timeout=10) as flower:
-            for path in ("/", "/api/workers"):
-                assert flower.get(path).status_code == 401
-                assert flower.get(path, headers=bearer("tok-alpha-0123456789")).status_code == 401
-                assert flower.get(path, auth=("yana", "wrong")).status_code == 401
+            # /metrics (task names, hostnames, runtimes) and /healthcheck too, not only the UI and API.
+            for path in ("/", "/api/workers", "/metrics", "/healthcheck"):
+                assert flower.get(path).status_code == 401, path
+                assert flower.get(path, headers=bearer("tok-alpha-0123456789")).status_code == 401, path
+                assert flower.get(path, auth=("yana", "wrong")).status_code == 401, path
                 for token in TOKENS.split(","):
                     assert flower.get(path, auth=("yana", token)).status_code == 200, path
     finally:
         processes.stop([svc])
+
+
+def test_flower_without_auth_keeps_its_monitoring_open(stack, tmp_path):
+    env = {k: v for k, v in stack.env.items() if k not in ("FLOWER_UNAUTHENTICATED_API", FLOWER_AUTH_ENV)}
+    svc = processes.start_flower(env, processes.free_port(), tmp_path)
+    try:
+        processes.wait_healthy(svc, timeout_s=60)
+        with httpx.Client(base_url=svc.url, timeout=10) as flower:
+            assert flower.get("/healthcheck").status_code == 200
+            assert flower.get("/metrics").status_code == 200
+    finally:
+        processes.stop([svc])
+
+
+def _from(address: str, base_url: str) -> httpx.Client:
+    """A client whose requests come from another loopback address (its own failure budget)."""
+    return httpx.Client(base_url=base_url, timeout=30, transport=httpx.HTTPTransport(local_address=address))
+
+
+def test_wrong_tokens_are_slowed_down_per_address_across_api_processes(stack, redis_url):
+    """Issue 26 defect 5: 120 guesses used to answer 120 x 401. After AUTH_FAIL_LIMIT failures in
+    the window, the address gets 429 + Retry-After from every API process (the count is in
+    Redis), even with a valid token; another address is not affected."""
+    env = dict(AUTH_ENABLED="true", AUTH_TOKENS=TOKENS, AUTH_FAIL_LIMIT="5", AUTH_FAIL_WINDOW_S="30")
+    other = stack.start_api(name="api-authfail", RATE_LIMIT="1000/second", RATE_BURST="1000", **env)
+    with contract_server(REDIS_URL=redis_url, RATE_BURST="100000", RATE_LIMIT="1000/second", **env) as first:
+        guesser = f"127.0.0.{50 + os.getpid() % 150}"
+        with _from(guesser, str(first.base_url)) as a, _from(guesser, other.url) as b:
+            for i in range(5):
+                assert_error(a.get("/v1/jobs", headers=bearer(f"guess-{i}")), 401, "UNAUTHORIZED")
+            for client in (a, b):  # the next one, on either process, is refused before it is checked
+                r = client.get("/v1/jobs", headers=bearer("guess-next"))
+                assert_error(r, 429, "RATE_LIMITED", retryable=True)
+                assert 1 <= int(r.headers["retry-after"]) <= 30
+                # A right token from that address is refused too: 429 must not tell a guesser it won.
+                assert_error(client.get("/v1/jobs", headers=bearer("tok-alpha-0123456789")), 429, "RATE_LIMITED")
+            assert b.get("/v1/health").status_code == 200  # public routes stay open
+        with _from("127.0.0.2", other.url) as c:
+            assert c.get("/v1/jobs", headers=bearer("tok-alpha-0123456789")).status_code == 200

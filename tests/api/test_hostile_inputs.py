@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import socket
 import struct
 import zlib
@@ -196,3 +197,238 @@ def test_header_injection_is_not_reflected(hostile):
     assert b"\x01" not in head
     status = int(head.split(b" ", 2)[1])
     assert status < 500
+
+
+# --- round 3 (issue 26): NUL in file sources, loose JSON, odd ids, encoded slashes, pixel bombs ---
+
+
+@pytest.fixture(scope="module")
+def importing(stack, tmp_path_factory):
+    """An API with IMPORT_DIR set, holding one good image and one pixel bomb."""
+    folder = tmp_path_factory.mktemp("import")
+    (folder / "ok.png").write_bytes(_png(32, 32))
+    (folder / "bomb.png").write_bytes(_bomb())
+    svc = stack.start_api(
+        name="api-hostile-import", IMPORT_DIR=str(folder), RATE_LIMIT="100000/second", RATE_BURST="100000"
+    )
+    with httpx.Client(base_url=svc.url, timeout=60) as client:
+        yield client, folder
+
+
+def test_nul_byte_in_a_file_source_is_a_400_never_retryable(importing, stack):
+    client, folder = importing
+    jobs_before = _jobs(client)
+    for body in (
+        {"category": "sake", "image_url": f"file://{folder}/ok.png%00.jpg"},
+        {"category": "sake", "image_url": "file:///etc/passwd%00"},
+        {"category": "sake", "image_path": f"{folder}/ok.png\u0000.jpg"},
+        {"category": "sake", "items": [{"category": "sake", "image_url": f"file://{folder}/ok.png%00"}]},
+    ):
+        r = client.post("/v1/ingest", json=body)
+        _assert_refused(r, f"NUL in {body}")
+        assert r.status_code == 400 and r.json()["error"]["retryable"] is False, r.text
+    # The MCP ingest tool goes through the same check.
+    from tests.api.test_mcp import _run, _with_session
+
+    result = _run(
+        _with_session(
+            str(client.base_url).rstrip("/"),
+            lambda s: s.call_tool("ingest", {"category": "sake", "image_path": f"{folder}/ok.png\u0000"}),
+        )
+    )
+    assert result.isError, result
+    err = json.loads(result.content[0].text)["error"]
+    assert err["code"] == "BAD_REQUEST" and err["retryable"] is False, err
+    assert _jobs(client) == jobs_before
+
+
+def test_a_pixel_bomb_is_refused_at_submit(importing):
+    client, folder = importing
+    jobs_before = _jobs(client)
+    for how, send in {
+        "base64": lambda: client.post(
+            "/v1/ingest", json={"category": "sake", "image_base64": base64.b64encode(_bomb()).decode()}
+        ),
+        "multipart": lambda: client.post(
+            "/v1/ingest", files={"file": ("b.png", _bomb(), "image/png")}, data={"category": "sake"}
+        ),
+        "file://": lambda: client.post("/v1/ingest", json={"category": "sake", "image_path": f"{folder}/bomb.png"}),
+    }.items():
+        r = send()
+        _assert_refused(r, f"pixel bomb ({how})")
+        assert r.json()["error"]["code"] == "IMAGE_TOO_MANY_PIXELS", (how, r.text)
+    assert _jobs(client) == jobs_before
+
+
+DOC = b'{"documents": [{"id": "loose-json", "text": "t", "metadata": {"x": %s}}]}'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [DOC % b"NaN", DOC % b"Infinity", DOC % b"-Infinity", DOC % b"1e999", b"\xef\xbb\xbf" + DOC % b"1"],
+    ids=["NaN", "Infinity", "-Infinity", "overflow", "BOM"],
+)
+def test_loose_json_is_refused(hostile, raw):
+    jobs_before = _jobs(hostile)
+    r = hostile.post("/v1/ingest", content=raw, headers={"content-type": "application/json"})
+    _assert_refused(r, raw.decode("utf-8", "replace"))
+    assert r.status_code == 400, r.text
+    assert _jobs(hostile) == jobs_before
+
+
+def test_a_byte_order_mark_is_refused(hostile):
+    r = hostile.post(
+        "/v1/search", content=b'\xef\xbb\xbf{"query_text": "x"}', headers={"content-type": "application/json"}
+    )
+    _assert_refused(r, "BOM")
+    assert r.status_code == 400
+
+
+def test_a_body_sent_to_an_operation_without_one_is_not_ignored(hostile):
+    r = hostile.post("/memo/clear_expired", content=b"{", headers={"content-type": "application/json"})
+    _assert_refused(r, "clear_expired {")
+    assert r.status_code == 400
+    r = hostile.post("/memo/clear_expired", content=b"garbage", headers={"content-type": "text/plain"})
+    _assert_refused(r, "clear_expired garbage")
+    assert hostile.post("/memo/clear_expired").status_code == 200
+    assert hostile.post("/memo/clear_expired", json={}).status_code == 200
+
+
+@pytest.mark.parametrize("doc_id", ["doc\u0000x", "doc\u202ex", "\u202egpj.exe", "a\x1bb"])
+def test_document_ids_with_control_or_bidi_characters_are_refused(hostile, doc_id):
+    jobs_before = _jobs(hostile)
+    r = hostile.post("/v1/ingest", json={"documents": [{"id": doc_id, "text": "本文"}]})
+    _assert_refused(r, repr(doc_id))
+    assert r.status_code == 400
+    r = hostile.post("/v1/ingest", json={"id": doc_id, "text": "本文"})
+    _assert_refused(r, repr(doc_id))
+    assert _jobs(hostile) == jobs_before
+
+
+def test_an_encoded_slash_is_not_a_path_separator(hostile):
+    assert hostile.get("/v1/version").status_code == 200
+    for raw in ("/v1%2fversion", "/v1%2Fversion", "/v1%2fjobs"):
+        r = hostile.get(httpx.URL(str(hostile.base_url).rstrip("/") + raw))
+        assert r.status_code == 404, (raw, r.status_code, r.text[:200])
+        _assert_refused(r, raw)
+
+
+# --- round 3 (issue 26 defect 9): what reaches /mcp, and what the HTTP server refuses itself ---
+
+MCP_ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "h", "version": "1"}},
+}
+
+
+def _rpc(r: httpx.Response) -> dict:
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        return json.loads(next(line[5:] for line in r.text.splitlines() if line.startswith("data:")))
+    return r.json()
+
+
+def test_mcp_errors_carry_the_correlation_ids(hostile):
+    session = hostile.post("/mcp", json=INIT, headers=MCP_ACCEPT).headers["mcp-session-id"]
+    with_session = {**MCP_ACCEPT, "mcp-session-id": session}
+    hostile.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=with_session)
+    cases = {
+        "malformed JSON-RPC": dict(content=b"{", headers=MCP_ACCEPT),
+        "no session": dict(json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=MCP_ACCEPT),
+        "not acceptable": dict(json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        "unknown method": dict(json={"jsonrpc": "2.0", "id": 2, "method": "nope/x"}, headers=with_session),
+        "params not an object": dict(
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": "bad"}, headers=with_session
+        ),
+        "unknown session": dict(
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers={**MCP_ACCEPT, "mcp-session-id": "x"}
+        ),
+    }
+    for name, kw in cases.items():
+        r = hostile.post("/mcp", **kw)
+        msg = _rpc(r)
+        assert msg.get("jsonrpc") == "2.0" and "error" in msg, (name, r.status_code, r.text[:300])
+        data = msg["error"].get("data")
+        assert isinstance(data, dict) and data.get("run_id") == r.headers["x-run-id"], (name, msg)
+        assert data.get("trace_id") == r.headers["x-trace-id"], (name, msg)
+    # Plain text is not JSON-RPC: a 415 in the contract's error body, not a bare line.
+    r = hostile.post("/mcp", content=b"hello", headers={**MCP_ACCEPT, "content-type": "text/plain"})
+    _assert_refused(r, "text/plain to /mcp")
+    assert r.status_code == 415 and r.json()["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+
+
+def test_an_mcp_validation_error_does_not_echo_a_huge_argument(hostile):
+    session = hostile.post("/mcp", json=INIT, headers=MCP_ACCEPT).headers["mcp-session-id"]
+    with_session = {**MCP_ACCEPT, "mcp-session-id": session}
+    hostile.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=with_session)
+    for args in ({"query_text": "x" * 300_000}, {"query_text": "q", "k": "y" * 300_000}):
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "search", "arguments": args}}
+        r = hostile.post("/mcp", json=call, headers=with_session)
+        assert len(r.content) < 10_000, len(r.content)
+        result = _rpc(r)["result"]
+        assert result["isError"] is True
+
+
+def test_label_image_is_an_mcp_tool(importing):
+    from tests.api.test_mcp import _run, _with_session
+    from tests.stack import wait_job
+
+    client, folder = importing
+    data = (folder / "ok.png").read_bytes()
+    body = {"category": "sake", "brand_name": "画像", "image_base64": base64.b64encode(data).decode()}
+    r = client.post("/v1/ingest", json=body)
+    assert r.status_code in (200, 202), r.text
+    if r.status_code == 202:
+        job = wait_job(client, r.json()["job_id"], timeout_s=180)
+        assert job["status"] == "succeeded", job
+        label_id = job["result"]["items"][0]["id"]
+    else:
+        label_id = r.json()["id"]
+
+    async def calls(session):
+        tools = {t.name for t in (await session.list_tools()).tools}
+        image = await session.call_tool("label_image", {"label_id": label_id})
+        missing = await session.call_tool("label_image", {"label_id": "label_0000000000000000"})
+        return tools, image, missing
+
+    tools, image, missing = _run(_with_session(str(client.base_url).rstrip("/"), calls))
+    assert "label_image" in tools
+    assert not image.isError and image.content[0].type == "image", image
+    assert image.content[0].mimeType == "image/png"
+    assert base64.b64decode(image.content[0].data) == data
+    assert missing.isError and json.loads(missing.content[0].text)["error"]["code"] == "NOT_FOUND"
+
+
+def _raw(client: httpx.Client, request: bytes) -> bytes:
+    parts = urlsplit(str(client.base_url))
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        "GET /v1/ver\u00e9sion HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+        b"GET /v1/version HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
+        b"GET /v1/version?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"BREW /v1/version HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ],
+    ids=["non-ASCII URL", "NUL in a header", "100 KB URL", "method BREW", "Transfer-Encoding with Content-Length"],
+)
+def test_what_the_server_refuses_itself_gets_the_unified_body(hostile, request_bytes):
+    answer = _raw(hostile, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert 400 <= status < 500, answer[:300]
+    data = json.loads(body)
+    assert set(data["error"]) == {"code", "message", "retryable"} and data["error"]["retryable"] is False
+    assert data["run_id"] and data["trace_id"]
+    assert f"x-run-id: {data['run_id']}".encode() in head.lower()
