@@ -91,6 +91,8 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
 _degraded_logged = False
 
 

@@ -210,13 +210,17 @@ def _check_pattern(node: ast.AST) -> None:
                 raise SyntaxError(f"mapping pattern key {key.value!r} is not allowed")
 
 
+def _check_bound_names_and_patterns(node: ast.AST) -> None:
+    for name in _bound_names(node):
+        if name.startswith("_"):
+            raise SyntaxError(f"name {name!r} is not allowed")
+    if isinstance(node, (ast.MatchClass, ast.MatchMapping)):
+        _check_pattern(node)
+
+
 def check_code(tree: ast.AST) -> None:
     for node in ast.walk(tree):
-        for name in _bound_names(node):
-            if name.startswith("_"):
-                raise SyntaxError(f"name {name!r} is not allowed")
-        if isinstance(node, (ast.MatchClass, ast.MatchMapping)):
-            _check_pattern(node)
+        _check_bound_names_and_patterns(node)
         if isinstance(node, ast.Attribute) and (node.attr.startswith("_") or node.attr in BLOCKED_ATTRS):
             raise SyntaxError(f"attribute {node.attr!r} is not allowed")
         if isinstance(node, ast.Name) and (node.id.startswith("_") or node.id in BLOCKED_NAMES):

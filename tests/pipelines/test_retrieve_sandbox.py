@@ -232,9 +232,15 @@ ATTRIBUTE_BYPASS_CORPUS = [
     ("match __class__", _TRY + "match err:\n    case object(__class__=c):\n        print(c)"),
     ("match __dict__", _TRY + "match err:\n    case Exception(__dict__=d):\n        print(d)"),
     ("match __init_subclass__", "match 1:\n    case int(__init_subclass__=s):\n        print(s)"),
-    ("match __setattr__", _TRY + "match err:\n    case Exception(__setattr__=s):\n        s('x', 1)\n        print('set')"),
-    ("match tb_frame", _TRY + "match err.with_traceback(None):\n    case Exception(args=a):\n        pass\n"
-     "match 1:\n    case int(real=r, tb_frame=f):\n        print(f)"),
+    (
+        "match __setattr__",
+        _TRY + "match err:\n    case Exception(__setattr__=s):\n        s('x', 1)\n        print('set')",
+    ),
+    (
+        "match tb_frame",
+        _TRY + "match err.with_traceback(None):\n    case Exception(args=a):\n        pass\n"
+        "match 1:\n    case int(real=r, tb_frame=f):\n        print(f)",
+    ),
     ("match gi_frame", "g = (x for x in [1])\nmatch g:\n    case object(gi_frame=f):\n        print(f)"),
     (
         "positional class pattern via __match_args__",
