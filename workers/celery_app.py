@@ -17,6 +17,7 @@ TASK_MODULES = [
     "tasks.maintenance",
     "tasks.retrieve",
     "tasks.think",
+    "tasks.memo",
 ]
 
 
