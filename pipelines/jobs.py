@@ -454,13 +454,26 @@ class JobStore:
         and return True (the caller sends its message again); else False."""
         return bool(self._take_unsent(keys=[job_key(job_id)], args=[seen_updated_at, now_iso()]))
 
-    def append_webhook_attempt(self, job_id: str, attempt: dict, delivered: bool | None = None) -> None:
+    def append_webhook_attempt(
+        self, job_id: str, attempt: dict, delivered: bool | None = None, *, next_due_ms: int | None = None
+    ) -> None:
+        """Record a delivery attempt and, in the same transaction, what becomes of the job's
+        schedule entry: removed when the delivery is over (delivered, or the last attempt), due
+        again at `next_due_ms` otherwise. One MULTI/EXEC: Redis never holds the record without
+        the schedule change or the reverse, whatever it loses in a crash (the caller is the only
+        writer of this field while it holds the entry's sending lock)."""
         cur = self.get_raw_field(job_id, "webhook")
         hook: dict[str, Any] = orjson.loads(cur) if cur else {"attempts": [], "delivered": False}
         hook["attempts"].append(attempt)
         if delivered is not None:
             hook["delivered"] = delivered
-        self.r.hset(job_key(job_id), "webhook", _dump(hook))
+        with self.r.pipeline(transaction=True) as p:
+            p.hset(job_key(job_id), "webhook", _dump(hook))
+            if next_due_ms is None:
+                p.zrem(WEBHOOKS_DUE, job_id)
+            else:
+                p.zadd(WEBHOOKS_DUE, {job_id: next_due_ms})
+            p.execute()
 
 
 def public_view(job: dict) -> dict:
