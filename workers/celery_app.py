@@ -54,6 +54,7 @@ def create_app() -> Celery:
         # Celery's own results are a convenience; the job record in Redis is the source of truth.
         result_expires=24 * 3600,
         broker_connection_retry_on_startup=True,
+        worker_consumer="workers.consumer:FastReconnectConsumer",  # back within ~2 s of the broker
         worker_max_tasks_per_child=s.worker_max_tasks_per_child,
         worker_max_memory_per_child=s.worker_max_memory_per_child_kb,
         worker_concurrency=s.worker_concurrency,
