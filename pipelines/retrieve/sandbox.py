@@ -123,6 +123,7 @@ class Sandbox:
         handlers: dict[str, Callable[[dict], object]] | None = None,
         start_timeout_s: float = 10.0,
         preload_for_tests: tuple[str, ...] = (),
+        no_pid_namespace_for_tests: bool = False,
     ):
         self.limits = limits or Limits()
         self.handlers = handlers or {}
@@ -148,6 +149,7 @@ class Sandbox:
                 "limits": asdict(self.limits),
                 "empty_root": self.root,
                 "preload_for_tests": list(preload_for_tests),
+                "no_pid_namespace_for_tests": no_pid_namespace_for_tests,
             }
             self._send(init)
             ready = self._read(time.monotonic() + start_timeout_s)

@@ -308,8 +308,9 @@ def _pids_named(comm: str) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("pid_namespace", [True, False], ids=["pid-namespace", "subreaper-fallback"])
 @pytest.mark.parametrize("how", ["setsid-fork", "double-fork", "killed-while-running"])
-def test_detached_grandchildren_die_with_the_sandbox(how):
+def test_detached_grandchildren_die_with_the_sandbox(how, pid_namespace):
     """A child that leaves the session and forks (its grandchild reparents away from the sandbox,
     to pid 1) is still killed by close(): nothing of the sandbox outlives it."""
     comm = "yg" + uuid.uuid4().hex[:12]  # the grandchild names itself (PR_SET_NAME) so the host finds it
@@ -324,7 +325,8 @@ def test_detached_grandchildren_die_with_the_sandbox(how):
         "    os._exit(0)\n"
         "time.sleep(0.3)\n"
     ).replace("SETSID", "pass" if how == "double-fork" else "os.setsid()")
-    with Sandbox("q", DOCS, LIMITS) as sb:
+    with Sandbox("q", DOCS, LIMITS, no_pid_namespace_for_tests=not pid_namespace) as sb:
+        assert ("pid" in sb.protections["namespaces"]) == pid_namespace
         out = _raw(sb, spawn)
         assert out["error"] is None, out
         deadline = time.monotonic() + 5
