@@ -184,13 +184,90 @@ def time_chat(api_url: str, env: dict, turns: int) -> None:
     )
 
 
+def long_text(chars: int) -> str:
+    base = texts(400, seed=7)
+    out, i = [], 0
+    while sum(map(len, out)) < chars:
+        out.append(f"{base[i % len(base)]}（{i}）。")
+        i += 1
+    return "".join(out)[:chars]
+
+
+def time_long_memo(api_url: str, chars: int, label: str) -> None:
+    """One /memo/save of `chars` characters, with a search client running beside it (the API's
+    budget for others meanwhile), then how long until the memo.index job (if any) is done."""
+    import threading
+
+    text = long_text(chars)
+    searches: list[float] = []
+    stop = threading.Event()
+
+    def search_loop() -> None:
+        with httpx.Client(base_url=api_url, timeout=60) as s:
+            i = 0
+            while not stop.is_set():
+                t = time.perf_counter()
+                try:
+                    s.get("/memo/search", params={"query": f"小樽の酒蔵 {i}", "n_results": 5}).raise_for_status()
+                except httpx.HTTPError:
+                    break
+                searches.append(time.perf_counter() - t)
+                i += 1
+
+    with httpx.Client(base_url=api_url, timeout=300) as c:
+        warm_up(c)
+        th = threading.Thread(target=search_loop, daemon=True)
+        th.start()
+        t = time.perf_counter()
+        r = c.post("/memo/save", json={"session_id": "bench-long", "text": text})
+        save_s = time.perf_counter() - t
+        stop.set()
+        th.join(60)
+        if r.status_code != 200:  # e.g. 408: the request's budget (60 s) ran out while it embedded
+            print(
+                f"  [{label}] /memo/save of {chars} chars: HTTP {r.status_code} "
+                f"{r.json().get('error', {}).get('code')} after {save_s:.1f} s  (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+            if searches:
+                line(f"[{label}] /memo/search during that save", searches)
+            return
+        out = r.json()
+        job_s = 0.0
+        if out.get("index_job_id"):
+            while True:
+                job = c.get(f"/v1/jobs/{out['index_job_id']}", headers={"Prefer": "wait=10"}).json()
+                if job["status"] in ("succeeded", "failed", "cancelled"):
+                    break
+            job_s = time.perf_counter() - t
+            assert job["status"] == "succeeded", job
+    print(
+        f"  [{label}] /memo/save of {chars} chars: answered in {save_s:.1f} s "
+        f"({len(out['chroma_ids'])} chunks, {out.get('indexed_chunks')} before the answer); "
+        + (f"all chunks searchable after {job_s:.1f} s" if job_s else "all chunks embedded in the request")
+        + f"  (load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
+    if searches:
+        line(f"[{label}] /memo/search during that save", searches)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--memos", type=int, default=10_000)
     ap.add_argument("--saves", type=int, default=100)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--turns", type=int, default=100)
+    ap.add_argument(
+        "--long-chars",
+        type=int,
+        default=0,
+        help="only time one save of a memo this long: everything embedded in the request (before, "
+        "MEMO_SYNC_EMBED_CHARS huge) against the first chunks plus a memo.index job (after)",
+    )
     args = ap.parse_args()
+    if args.long_chars:
+        return long_memo_main(args.long_chars)
 
     from cli import processes
     from tests.stack import start_stack, use_stack_stores
@@ -204,6 +281,23 @@ def main() -> None:
             api_url = stack.start_api(RATE_LIMIT="100000/second", RATE_BURST="100000").url
             time_memo_routes(api_url, args.saves, args.queries)
             time_chat(api_url, processes.child_env(REDIS_URL=stack.redis_url, CHROMA_URL=stack.chroma_url), args.turns)
+        finally:
+            stack.stop()
+
+
+def long_memo_main(chars: int) -> None:
+    from tests.stack import start_stack, use_stack_stores
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = start_stack(Path(tmp), worker=True, api=False)
+        try:
+            use_stack_stores(stack)
+            limits = {"RATE_LIMIT": "100000/second", "RATE_BURST": "100000"}
+            print(f"long memo, {chars} characters (load {os.getloadavg()[0]:.1f})", flush=True)
+            before = stack.start_api(name="api-before", MEMO_SYNC_EMBED_CHARS=str(10**9), **limits).url
+            time_long_memo(before, chars, "before: all in the request")
+            after = stack.start_api(name="api-after", **limits).url
+            time_long_memo(after, chars, "after: first chunks + job")
         finally:
             stack.stop()
 

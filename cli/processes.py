@@ -140,7 +140,10 @@ def start_redis(data_dir: Path, port: int, log_dir: Path, env: dict) -> Service:
         "--appendonly",
         "yes",  # accepted jobs survive a Redis restart
         "--appendfsync",
-        "everysec",
+        # Every acknowledged write on disk (fsyncs are grouped per event-loop turn): a kill or a
+        # crash loses nothing a client was told is done, e.g. a webhook's delivery record
+        # (everysec could lose the last second and send it again).
+        "always",
         "--save",
         "",
         "--protected-mode",

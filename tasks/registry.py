@@ -26,6 +26,7 @@ KINDS: dict[str, Kind] = {
     "retrieve": Kind("yana.retrieve.run", "retrieve"),
     "retrieve.embed": Kind("yana.retrieve.embed", "retrieve"),
     "think": Kind("yana.think.run", "think"),
+    "memo.index": Kind("yana.memo.index", "default"),
 }
 
 

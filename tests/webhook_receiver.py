@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -22,7 +23,7 @@ class Receiver:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 try:
                     payload = Webhook(receiver.secret).verify(body, headers)
-                    receiver.deliveries.append({"headers": headers, "payload": payload})
+                    receiver.deliveries.append({"headers": headers, "payload": payload, "at": time.time()})
                     code = receiver.status
                 except WebhookVerificationError as exc:
                     receiver.rejected.append(str(exc))

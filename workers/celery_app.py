@@ -17,6 +17,7 @@ TASK_MODULES = [
     "tasks.reembed",
     "tasks.retrieve",
     "tasks.think",
+    "tasks.memo",
 ]
 
 

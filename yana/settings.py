@@ -287,6 +287,9 @@ class Settings(BaseSettings):
 
     # --- memo -------------------------------------------------------------------------------
     memo_ttl_seconds: int = 86400  # raw text of a memo lives this long in Redis
+    # Characters of a memo's chunks embedded before /memo/save answers; the rest by a "memo.index"
+    # job (the memo's beginning is searchable at once, all of it when the job is done).
+    memo_sync_embed_chars: int = Field(default=2000, ge=1)
     # Remove the Chroma copy of memos whose raw text expired (POST /memo/clear_expired). Off: the
     # summary in Chroma is long-term memory and outlives the raw text.
     memo_prune_expired: bool = False

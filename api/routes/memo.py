@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.contract.policy import AGENT_RATE, contract
+from api.jobs_common import accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines.memo import service as memo
 from yana.clients import get_chroma, get_redis
@@ -45,6 +46,7 @@ def _config() -> memo.MemoConfig:
         max_chunk_chars=s.max_chunk_chars,
         dedup_threshold=s.memo_dedup_threshold,
         prune_expired=s.memo_prune_expired,
+        sync_embed_chars=s.memo_sync_embed_chars,
     )
 
 
@@ -77,6 +79,13 @@ class SaveMemoResponse(Envelope):
     used_summary: bool
     merged_into: str | None = Field(
         None, description="the existing memo this one was merged into (MEMO_DEDUP_THRESHOLD)"
+    )
+    indexed_chunks: int | None = Field(
+        None, description="chunks searchable when the answer left (the first MEMO_SYNC_EMBED_CHARS characters)"
+    )
+    index_job_id: str | None = Field(
+        None,
+        description="a long memo's other chunks are embedded by this job (GET /v1/jobs/{id}); null when none",
     )
 
 
@@ -132,11 +141,11 @@ class ClearExpiredResponse(Envelope):
     summary="Save a memo: raw text in Redis with a TTL, its summary (or the text in chunks) embedded in Chroma",
     response_model=SaveMemoResponse,
     responses=ERRORS(422),
-    # A 100k-character memo is embedded chunk by chunk before the answer.
+    # The first MEMO_SYNC_EMBED_CHARS characters are embedded before the answer, the rest by a job.
     openapi_extra=contract(timeout_s=60),
 )
 async def save_memo(req: SaveMemoRequest) -> dict:
-    return await asyncio.to_thread(
+    out = await asyncio.to_thread(
         memo.save_memo,
         get_redis(),
         get_chroma(),
@@ -147,6 +156,15 @@ async def save_memo(req: SaveMemoRequest) -> dict:
         keywords=req.keywords,
         importance=req.importance,
     )
+    pending = out.pop("pending", None)
+    out["index_job_id"] = None
+    if pending:  # a long memo: the rest of its chunks go to a job, not into this request's time
+        try:
+            out["index_job_id"] = (await asyncio.to_thread(accept_job, "memo.index", pending))["job_id"]
+        except BaseException:
+            await asyncio.to_thread(memo.delete_memo, get_redis(), get_chroma(), out["memo_id"])  # all or nothing
+            raise
+    return out
 
 
 @router.get(

@@ -54,6 +54,7 @@ class MemoConfig:
     max_chunk_chars: int
     dedup_threshold: float | None = None  # cosine similarity; None: never merge
     prune_expired: bool = False
+    sync_embed_chars: int | None = None  # None: every chunk before the answer
 
 
 def collection_name(model: str, dim: int, version: int = 1) -> str:
@@ -143,7 +144,11 @@ def save_memo(
 ) -> dict:
     keywords = list(dict.fromkeys(k.strip() for k in (keywords or []) if k.strip()))
     used_summary = bool(summary and summary.strip())
-    sources = [summary.strip()] if used_summary and summary else chunk_text(text, cfg.max_chunk_chars)
+    all_sources = [summary.strip()] if used_summary and summary else chunk_text(text, cfg.max_chunk_chars)
+    # Embedding costs ~0.3-0.6 ms of CPU per character (every token of every chunk goes through the
+    # model), so a 100k-character memo is a minute of CPU: only the leading chunks up to
+    # sync_embed_chars are embedded before the answer, the rest by a job (index_memo_chunks).
+    sources = _sync_part(all_sources, cfg.sync_embed_chars)
     col, model = memo_collection(chroma, r)
     vectors = get_embedder(model).embed_passages(sources)
 
@@ -169,7 +174,10 @@ def save_memo(
     pipe.expire(key, cfg.ttl_s)
     pipe.execute()
 
-    ids = [SUMMARY_ID.format(memo_id)] if used_summary else [CHUNK_ID.format(memo_id, i) for i in range(len(sources))]
+    all_ids = (
+        [SUMMARY_ID.format(memo_id)] if used_summary else [CHUNK_ID.format(memo_id, i) for i in range(len(all_sources))]
+    )
+    ids = all_ids[: len(sources)]
     metas = [
         _metadata(memo_id, session_id, i, used_summary, keywords, importance, saved_at) for i in range(len(sources))
     ]
@@ -181,10 +189,85 @@ def save_memo(
     return {
         "memo_id": memo_id,
         "saved_at": saved_at,
-        "chroma_ids": ids,
+        "chroma_ids": all_ids,
         "used_summary": used_summary,
         "merged_into": None,
+        "indexed_chunks": len(ids),
+        # what the caller hands to a "memo.index" job when some chunks are left (else None)
+        "pending": (
+            {
+                "memo_id": memo_id,
+                "session_id": session_id,
+                "start": len(ids),
+                "max_chunk_chars": cfg.max_chunk_chars,
+                "keywords": keywords,
+                "importance": float(importance),
+                "saved_at": saved_at,
+            }
+            if len(ids) < len(all_ids)
+            else None
+        ),
     }
+
+
+def _sync_part(sources: list[str], budget_chars: int | None) -> list[str]:
+    """The leading chunks whose characters fit `budget_chars` (always the first one)."""
+    if budget_chars is None:
+        return sources
+    n, used = 0, 0
+    for src in sources:
+        if n and used + len(src) > budget_chars:
+            break
+        n, used = n + 1, used + len(src)
+    return sources[:n]
+
+
+def index_memo_chunks(
+    r,
+    chroma,
+    *,
+    memo_id: str,
+    session_id: str,
+    start: int,
+    max_chunk_chars: int,
+    keywords: list[str],
+    importance: float,
+    saved_at: str,
+    batch: int = 4,
+    progress=None,
+) -> dict:
+    """The job half of a long memo's save: embed its chunks from `start` on (cut from the raw text
+    exactly as the save cut them) and upsert them, a few at a time. Idempotent (ids are fixed), so
+    a retried job only redoes work; a memo deleted meanwhile is left alone (and what this job
+    wrote for it is removed)."""
+    key = RAW_KEY.format(memo_id)
+    text = r.hget(key, "text")
+    if text is None:
+        return {"memo_id": memo_id, "indexed": 0, "deleted": True}
+    chunks = chunk_text(text, max_chunk_chars)
+    col, model = memo_collection(chroma, r)
+    embedder = get_embedder(model)
+    done = 0
+    for s in range(start, len(chunks), batch):
+        if not r.exists(key):
+            break
+        part = chunks[s : s + batch]
+        vectors = embedder.embed_passages(part)
+        col.upsert(
+            ids=[CHUNK_ID.format(memo_id, s + i) for i in range(len(part))],
+            documents=part,
+            metadatas=[
+                _metadata(memo_id, session_id, s + i, False, keywords, importance, saved_at) for i in range(len(part))
+            ],
+            embeddings=vectors,
+        )
+        done += len(part)
+        if progress is not None:
+            progress("embed", done, len(chunks) - start)
+    if not r.exists(key):  # deleted while this ran: take back what it wrote
+        col.delete(ids=[CHUNK_ID.format(memo_id, i) for i in range(start, len(chunks))])
+        return {"memo_id": memo_id, "indexed": 0, "deleted": True}
+    return {"memo_id": memo_id, "indexed": done, "deleted": False}
 
 
 def _merge_into(r, col, cfg: MemoConfig, memo_id: str, keywords: list[str], importance: float) -> dict:

@@ -7,7 +7,8 @@ it reads any model code the runner locks itself down, in layers:
 
   * uid: when started as root (as CI runs) it drops to nobody (65534), groups cleared, so that
     RLIMIT_NPROC applies (the kernel exempts root);
-  * namespaces: its own user namespace, then network (no interface but a down loopback: no
+  * namespaces: its own user namespace, then a PID namespace (every process the code starts,
+    also one that calls setsid() and is orphaned, dies with the namespace's init), network (no interface but a down loopback: no
     network), mount, IPC and UTS namespaces;
   * file system: chroot into an empty directory nobody may write (no file system view at all);
   * capabilities: every capability dropped (also those the user namespace grants), no_new_privs;
@@ -16,7 +17,7 @@ it reads any model code the runner locks itself down, in layers:
     allow-list of pure modules handed over as namespaces of their functions, an AST check that
     rejects names/attributes starting with "_" and frame/generator internals; `print` bounded.
 
-The host adds a wall-clock kill of the whole process group (and any descendant that left it), a
+The host adds a wall-clock kill of the whole process tree (PID namespace; else frozen, then killed), a
 cap on the bytes it reads back, and serves the helpers that need more than the standard library
 (bm25, the extractor, sub-queries to the model) itself. What the kernel refused is reported in
 `protections` (and logged), never pretended.
@@ -82,7 +83,16 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-_FULL_NAMESPACES = {"user", "net", "mount", "ipc", "uts"}
+_FULL_NAMESPACES = {"user", "pid", "net", "mount", "ipc", "uts"}
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 _degraded_logged = False
 
 
@@ -113,6 +123,7 @@ class Sandbox:
         handlers: dict[str, Callable[[dict], object]] | None = None,
         start_timeout_s: float = 10.0,
         preload_for_tests: tuple[str, ...] = (),
+        no_pid_namespace_for_tests: bool = False,
     ):
         self.limits = limits or Limits()
         self.handlers = handlers or {}
@@ -138,6 +149,7 @@ class Sandbox:
                 "limits": asdict(self.limits),
                 "empty_root": self.root,
                 "preload_for_tests": list(preload_for_tests),
+                "no_pid_namespace_for_tests": no_pid_namespace_for_tests,
             }
             self._send(init)
             ready = self._read(time.monotonic() + start_timeout_s)
@@ -215,18 +227,26 @@ class Sandbox:
     # --- teardown ---
 
     def kill(self) -> None:
-        if self.proc.poll() is None or descendants(self.proc.pid):
-            below = descendants(self.proc.pid)
-            for sig_target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL),):
-                try:
-                    sig_target()
-                except (ProcessLookupError, PermissionError):
-                    pass
-            for pid in below:  # those that left the process group
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        """Kill every process of the sandbox. The runner's own PID namespace makes this whole (its
+        init dies, the kernel kills the rest); without one the runner is a subreaper, and the tree
+        below it is first frozen (SIGSTOP, until no new process appears: a stopped process neither
+        forks nor is reaped away) and then killed, so nothing escapes between look and kill."""
+        root = self.proc.pid
+        if self.proc.poll() is None or descendants(root):
+            seen: set[int] = set()
+            for _ in range(20):
+                new = ({root} | set(descendants(root))) - seen
+                if not new:
+                    break
+                for pid in new:
+                    _signal(pid, signal.SIGSTOP)
+                seen |= new
+            try:
+                os.killpg(root, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for pid in seen | set(descendants(root)):
+                _signal(pid, signal.SIGKILL)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -9,7 +9,8 @@ layers), then serves one JSON message per line on stdin/stdout:
 
 The model's code runs with restricted builtins, an import allow-list of pure modules (exposed as
 namespaces of their functions, never the modules themselves) and an AST check that rejects names
-and attributes starting with "_" and the frame/code/generator internals; REPL state persists
+and attributes starting with "_" and the frame/code/generator internals, wherever the syntax
+reaches them (dotted names, match class/mapping patterns, binding names, keywords); REPL state persists
 between execs. Nothing the code does reaches stdout except through the bounded `print`.
 """
 
@@ -18,12 +19,13 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 
 NOBODY = 65534
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE = 38, 4
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
+PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 38, 4, 1, 36
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 _OUT = sys.stdout.buffer
@@ -53,7 +55,32 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def lock_down(limits: dict, empty_root: str) -> dict:
+def _own_pid_namespace(libc, p: dict, allowed: bool = True) -> None:
+    """Every process the code starts must die with the sandbox, also one that left the session
+    (setsid) and was orphaned (reparented away from the runner). In a PID namespace of its own the
+    runner forks the namespace's init, which goes on as the runner; when that init dies (the host's
+    kill) the kernel kills every process of the namespace. The outer runner only waits and exits
+    with its status, and the init dies with it (PDEATHSIG). Where the kernel refuses the namespace,
+    the runner becomes a child subreaper: orphans reparent to it, and the host finds and kills them
+    below it (pipelines.retrieve.sandbox.Sandbox.kill)."""
+    if not allowed or libc.unshare(CLONE_NEWPID) != 0:
+        p["pid_namespace_error"] = os.strerror(ctypes.get_errno()) if allowed else "not asked for (tests)"
+        p["subreaper"] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return
+    child = os.fork()
+    if child:  # the outer runner: nothing but wait
+        while True:
+            try:
+                _, status = os.waitpid(child, 0)
+                break
+            except InterruptedError:
+                continue
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    p["namespaces"].append("pid")
+
+
+def lock_down(limits: dict, empty_root: str, pid_namespace: bool = True) -> dict:
     """Drop to nobody, enter new namespaces, chroot into an empty read-only directory, drop every
     capability, set the rlimits. Returns which protections took effect (a refused one is reported,
     never pretended)."""
@@ -75,6 +102,7 @@ def lock_down(limits: dict, empty_root: str) -> dict:
         p["namespaces"].append("user")
     else:
         p["namespaces_error"] = os.strerror(ctypes.get_errno())
+    _own_pid_namespace(libc, p, pid_namespace)
     for name, flag in (("net", CLONE_NEWNET), ("mount", CLONE_NEWNS), ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS)):
         if libc.unshare(flag) == 0:
             p["namespaces"].append(name)
@@ -139,8 +167,60 @@ BLOCKED_ATTRS = frozenset(
 BLOCKED_NAMES = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec"})
 
 
+# Classes whose positional class pattern (`case int(n)`) binds the subject itself; any other class's
+# positional pattern reads the attributes its __match_args__ names, which the check cannot see.
+_SELF_MATCHING = frozenset({"bool", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple"})
+
+
+def _bad_attr(name: str) -> bool:
+    return name.startswith("_") or name in BLOCKED_ATTRS
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    """Names a statement or pattern binds or passes as plain strings (not ast.Name nodes)."""
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.MatchMapping):
+        return [node.rest] if node.rest else []
+    if isinstance(node, ast.ExceptHandler):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.alias):
+        return [node.asname] if node.asname else []
+    if isinstance(node, ast.keyword):
+        return [node.arg] if node.arg else []
+    return []
+
+
+def _check_pattern(node: ast.AST) -> None:
+    """Structural pattern matching reads attributes without a dotted name: a class pattern's
+    keywords (`case Exception(__traceback__=tb)`) and, through __match_args__, its positional
+    sub-patterns; a mapping pattern looks keys up by value."""
+    if isinstance(node, ast.MatchClass):
+        for attr in node.kwd_attrs:
+            if _bad_attr(attr):
+                raise SyntaxError(f"attribute {attr!r} is not allowed (in a class pattern)")
+        if node.patterns and not (isinstance(node.cls, ast.Name) and node.cls.id in _SELF_MATCHING):
+            raise SyntaxError(
+                "positional class patterns are allowed only for built-in types "
+                f"({', '.join(sorted(_SELF_MATCHING))}); use keyword patterns"
+            )
+    if isinstance(node, ast.MatchMapping):
+        for key in node.keys:
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.startswith("_"):
+                raise SyntaxError(f"mapping pattern key {key.value!r} is not allowed")
+
+
+def _check_bound_names_and_patterns(node: ast.AST) -> None:
+    for name in _bound_names(node):
+        if name.startswith("_"):
+            raise SyntaxError(f"name {name!r} is not allowed")
+    if isinstance(node, (ast.MatchClass, ast.MatchMapping)):
+        _check_pattern(node)
+
+
 def check_code(tree: ast.AST) -> None:
     for node in ast.walk(tree):
+        _check_bound_names_and_patterns(node)
         if isinstance(node, ast.Attribute) and (node.attr.startswith("_") or node.attr in BLOCKED_ATTRS):
             raise SyntaxError(f"attribute {node.attr!r} is not allowed")
         if isinstance(node, ast.Name) and (node.id.startswith("_") or node.id in BLOCKED_NAMES):
@@ -362,7 +442,8 @@ def main() -> None:
     _MODULES.update(_modules())  # imported before the file system goes away
     for name in init.get("preload_for_tests") or ():  # tests of the OS layer alone (socket, ...)
         __import__(name)
-    protections = lock_down(init["limits"], init["empty_root"])
+    # tests of the fallback (a kernel that refuses PID namespaces) ask for none
+    protections = lock_down(init["limits"], init["empty_root"], not init.get("no_pid_namespace_for_tests"))
     sys.setrecursionlimit(400)
     repl = Repl(init["query"], init["documents"], init["limits"])
     del init

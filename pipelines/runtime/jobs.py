@@ -35,6 +35,7 @@ PREFIX = "yana:"
 RECENT = PREFIX + "jobs:recent"
 ACTIVE = PREFIX + "jobs:active"
 WEBHOOKS_DUE = PREFIX + "webhooks:due"  # zset job id -> when its next delivery attempt is due (ms)
+WEBHOOK_SENDING = PREFIX + "webhooks:sending:{}"  # job id -> the token of the one dispatcher sending it now
 LAST_ACCEPTED = PREFIX + "jobs:last_accepted"
 LOST_SCAN_LOCK = PREFIX + "jobs:lost-scan"  # one reconciler of the fleet scans the broker for lost messages
 CURSOR_TIES = 1000  # list cursor = created-at ms * CURSOR_TIES + jobs of that ms already passed
@@ -465,13 +466,26 @@ class JobStore:
         and return True (the caller sends its message again); else False."""
         return bool(self._take_unsent(keys=[job_key(job_id)], args=[seen_updated_at, now_iso()]))
 
-    def append_webhook_attempt(self, job_id: str, attempt: dict, delivered: bool | None = None) -> None:
+    def append_webhook_attempt(
+        self, job_id: str, attempt: dict, delivered: bool | None = None, *, next_due_ms: int | None = None
+    ) -> None:
+        """Record a delivery attempt and, in the same transaction, what becomes of the job's
+        schedule entry: removed when the delivery is over (delivered, or the last attempt), due
+        again at `next_due_ms` otherwise. One MULTI/EXEC: Redis never holds the record without
+        the schedule change or the reverse, whatever it loses in a crash (the caller is the only
+        writer of this field while it holds the entry's sending lock)."""
         cur = self.get_raw_field(job_id, "webhook")
         hook: dict[str, Any] = orjson.loads(cur) if cur else {"attempts": [], "delivered": False}
         hook["attempts"].append(attempt)
         if delivered is not None:
             hook["delivered"] = delivered
-        self.r.hset(job_key(job_id), "webhook", _dump(hook))
+        with self.r.pipeline(transaction=True) as p:
+            p.hset(job_key(job_id), "webhook", _dump(hook))
+            if next_due_ms is None:
+                p.zrem(WEBHOOKS_DUE, job_id)
+            else:
+                p.zadd(WEBHOOKS_DUE, {job_id: next_due_ms})
+            p.execute()
 
 
 def public_view(job: dict) -> dict:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pipelines.memo import service as memo_pipeline
-from tests.stack import wait_for
+from tests.stack import wait_for, wait_job
 
 NO_LIMIT = {"RATE_LIMIT": "10000/second", "RATE_BURST": "10000"}
 
@@ -246,3 +246,49 @@ def test_unknown_memo_is_404(client):
     unknown = uuid.uuid4().hex
     assert client.get("/memo/get", params={"memo_id": unknown}).json()["error"]["code"] == "NOT_FOUND"
     assert client.post("/memo/delete", json={"memo_id": unknown}).status_code == 404
+
+
+@pytest.fixture(scope="module")
+def long_client(stack):
+    """Chunks of 300 characters, and only the first 600 characters embedded before the answer."""
+    svc = stack.start_api(name="api-memo-long", MAX_CHUNK_CHARS="300", MEMO_SYNC_EMBED_CHARS="600", **NO_LIMIT)
+    with httpx.Client(base_url=svc.url, timeout=60) as c:
+        yield c
+
+
+def test_a_long_memo_answers_after_its_first_chunks_and_a_job_embeds_the_rest(long_client):
+    """Issue 26 #8: embedding is ~0.5 ms of CPU per character, so a 100k-character memo cost a
+    minute inside the request. The answer now waits for the first MEMO_SYNC_EMBED_CHARS only."""
+    from yana.clients import get_chroma, get_redis
+
+    session = _session()
+    parts = [f"第{i}章では港町{i}番地の酒蔵について書いた。" * 12 for i in range(12)]
+    parts[-1] = "最後の章は函館の朝市で食べたいくら丼とりんごの話だけをまとめて書いておく。" * 6
+    text = "\n".join(parts)
+    out = _save(long_client, session_id=session, text=text, keywords=["長文"], importance=0.4)
+    n = len(out["chroma_ids"])
+    assert n >= 8 and out["chroma_ids"] == [f"memo_chunk:{out['memo_id']}:{i}" for i in range(n)]
+    assert 1 <= out["indexed_chunks"] <= 2 < n
+    assert out["index_job_id"], out  # the rest is a job, not this request's CPU
+
+    job = wait_job(long_client, out["index_job_id"], timeout_s=120)
+    assert job["status"] == "succeeded", job
+    col, _model = memo_pipeline.memo_collection(get_chroma(), get_redis())
+    got = col.get(ids=out["chroma_ids"], include=["metadatas"])
+    assert sorted(got["ids"]) == sorted(out["chroma_ids"])  # every chunk, once
+    assert {m["chunk_index"] for m in got["metadatas"]} == set(range(n))
+    assert all(m["session_id"] == session and m["keywords"] == ["長文"] for m in got["metadatas"])
+    hits = _search(long_client, query="函館の朝市のいくら丼", session_id=session)
+    assert [h["metadata"]["memo_id"] for h in hits] == [out["memo_id"]]  # found by its last chunk
+
+
+def test_a_long_memo_deleted_before_its_job_leaves_nothing(long_client):
+    from yana.clients import get_chroma, get_redis
+
+    session = _session()
+    out = _save(long_client, session_id=session, text="消すつもりの長いメモ。" * 300)
+    assert out["index_job_id"]
+    assert long_client.post("/memo/delete", json={"memo_id": out["memo_id"]}).status_code == 200
+    assert wait_job(long_client, out["index_job_id"], timeout_s=120)["status"] == "succeeded"
+    col, _model = memo_pipeline.memo_collection(get_chroma(), get_redis())
+    assert col.get(ids=out["chroma_ids"])["ids"] == []

@@ -77,7 +77,7 @@ def test_protections_in_effect_are_reported():
     }
     userns_allowed = int(Path("/proc/sys/user/max_user_namespaces").read_text()) > 0
     if userns_allowed:  # this kernel allows them: every namespace and the empty root must be in effect
-        assert set(p["namespaces"]) == {"user", "net", "mount", "ipc", "uts"}
+        assert set(p["namespaces"]) == {"user", "pid", "net", "mount", "ipc", "uts"}
         assert p["filesystem"].startswith("none")
     else:  # refused: said so, not pretended
         assert "user" not in p["namespaces"] and p["filesystem"].startswith("visible")
@@ -222,3 +222,124 @@ def test_host_unharmed_after_the_corpus():
     assert descendants(os.getpid()) == [] or all(
         not Path(f"/proc/{p}/cmdline").read_bytes().endswith(b"sandbox_runner.py\x00") for p in descendants(os.getpid())
     )
+
+
+# --- attribute reads without a dotted name (issue 26, defect 6) --------------------------------
+
+_TRY = "try:\n    1/0\nexcept Exception as e:\n    err = e\n"
+ATTRIBUTE_BYPASS_CORPUS = [
+    ("match keyword class pattern", _TRY + "match err:\n    case Exception(__traceback__=tb):\n        print(tb)"),
+    ("match __class__", _TRY + "match err:\n    case object(__class__=c):\n        print(c)"),
+    ("match __dict__", _TRY + "match err:\n    case Exception(__dict__=d):\n        print(d)"),
+    ("match __init_subclass__", "match 1:\n    case int(__init_subclass__=s):\n        print(s)"),
+    (
+        "match __setattr__",
+        _TRY + "match err:\n    case Exception(__setattr__=s):\n        s('x', 1)\n        print('set')",
+    ),
+    (
+        "match tb_frame",
+        _TRY + "match err.with_traceback(None):\n    case Exception(args=a):\n        pass\n"
+        "match 1:\n    case int(real=r, tb_frame=f):\n        print(f)",
+    ),
+    ("match gi_frame", "g = (x for x in [1])\nmatch g:\n    case object(gi_frame=f):\n        print(f)"),
+    (
+        "positional class pattern via __match_args__",
+        "class P:\n    pass\nP.match_args = ('x',)\nmatch P():\n    case P(a):\n        print(a)",
+    ),
+    ("match str.format", "match '{0.__class__.__bases__}':\n    case str(format=f):\n        print(f(()))"),
+    ("match mro", "match int:\n    case object(mro=m):\n        print(m())"),
+    ("match binds __builtins__", "match {}:\n    case __builtins__:\n        pass\nprint(len)"),
+    ("match star binds a dunder", "match [1, 2]:\n    case [*__x]:\n        print(__x)"),
+    ("mapping rest binds a dunder", "match {'a': 1}:\n    case {**__x}:\n        print('bound')"),
+    ("except as a dunder name", "try:\n    1/0\nexcept Exception as __builtins__:\n    pass"),
+    ("import as a dunder name", "import math as __builtins__"),
+    ("keyword argument with a dunder name", "print(dict(__class__=1))"),
+    ("mapping pattern with a dunder key", "match {'__x': 1}:\n    case {'__builtins__': b}:\n        print(b)"),
+    ("format attribute walk in a variable", "f = '{0.__class__}'\nprint(str.format(f, ()))"),
+    ("format via str.format unbound", "print(str.format('{0.__class__.__bases__}', ()))"),
+    ("f-string conversion to a dunder", "print(f'{().__class__!r}')"),
+    ("format_map via a name", "fm = str.format_map\nprint(fm('{x.__class__}', {'x': 1}))"),
+    ("vars()", "print(vars(query))"),
+    ("dir()", "print(dir(query))"),
+    ("getattr via builtins dict lookup", "b = print.__self__\nprint(b)"),
+    ("attrgetter", "import operator\nprint(operator.attrgetter('__class__')(1))"),
+    ("string.Formatter", "import string\nprint(string.Formatter().format('{0.__class__}', 1))"),
+    ("decorator reaching a name", "@getattr\ndef f():\n    pass"),
+    ("star-unpacking of a dunder", "print(*'{0.__class__}'.split())\nprint(str.format(*['{0.__class__}', 1]))"),
+    ("type() three-arg", "T = type('T', (), {})\nprint(T)"),
+    ("object.__getattribute__ by name", "print(object.__getattribute__(1, '__class__'))"),
+]
+
+
+@pytest.mark.parametrize("name,code", ATTRIBUTE_BYPASS_CORPUS, ids=[c[0] for c in ATTRIBUTE_BYPASS_CORPUS])
+def test_attribute_reads_without_a_dotted_name_are_blocked(name, code):
+    with Sandbox("q", DOCS, LIMITS) as sb:
+        out = sb.execute(code, 5)
+        assert out["error"], f"{name}: no error, output {out['output'][:200]!r}"
+        assert "<traceback" not in out["output"] and "<class" not in out["output"], out
+        assert sb.execute("print(len(documents))", 5)["output"] == "2\n"
+
+
+def test_ordinary_matching_and_formatting_still_work():
+    code = (
+        "match {'k': [1, 2]}:\n    case {'k': [a, b]}:\n        print(a + b)\n"
+        "match (1, 'x'):\n    case (int(n), str() as s):\n        print(n, s)\n"
+        "print(f'{3:>4}|{query!r}')\n"
+        "print('%s-%d' % ('a', 2))"
+    )
+    with Sandbox("q", DOCS, LIMITS) as sb:
+        out = sb.execute(code, 5)
+    assert out["error"] is None, out
+    assert out["output"] == "3\n1 x\n   3|'q'\na-2\n"
+
+
+# --- every process of the sandbox dies with it (issue 26, defect 7) ----------------------------
+
+
+def _pids_named(comm: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == comm:
+                    out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.parametrize("pid_namespace", [True, False], ids=["pid-namespace", "subreaper-fallback"])
+@pytest.mark.parametrize("how", ["setsid-fork", "double-fork", "killed-while-running"])
+def test_detached_grandchildren_die_with_the_sandbox(how, pid_namespace):
+    """A child that leaves the session and forks (its grandchild reparents away from the sandbox,
+    to pid 1) is still killed by close(): nothing of the sandbox outlives it."""
+    comm = "yg" + uuid.uuid4().hex[:12]  # the grandchild names itself (PR_SET_NAME) so the host finds it
+    spawn = (
+        "import os, time, ctypes\n"
+        "if os.fork() == 0:\n"
+        "    SETSID\n"
+        "    if os.fork() == 0:\n"
+        f"        ctypes.CDLL(None).prctl(15, {comm.encode()!r}, 0, 0, 0)\n"
+        "        while True:\n"
+        "            time.sleep(0.05)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+    ).replace("SETSID", "pass" if how == "double-fork" else "os.setsid()")
+    with Sandbox("q", DOCS, LIMITS, no_pid_namespace_for_tests=not pid_namespace) as sb:
+        assert ("pid" in sb.protections["namespaces"]) == pid_namespace
+        out = _raw(sb, spawn)
+        assert out["error"] is None, out
+        deadline = time.monotonic() + 5
+        while not _pids_named(comm) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pids_named(comm), "the grandchild was not started"
+        if how == "killed-while-running":
+            with pytest.raises(SandboxError):
+                _raw(sb, "while True:\n    pass", timeout=0.5)
+    deadline = time.monotonic() + 2
+    while _pids_named(comm) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _pids_named(comm)
+    for pid in left:  # do not leave it running whatever the outcome
+        os.kill(pid, 9)
+    assert left == [], "a process of the sandbox outlived close()"
