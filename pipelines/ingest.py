@@ -180,6 +180,9 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
     out["image_url"] = labels.image_url(res.label_id)
     if res.status == "dedup":
         out.update(dedup=True, dedup_of=res.label_id, distance=res.distance, verifier_score=res.score)
+        # What a split (pipelines.review) needs to restore the upload exactly: its fields and
+        # blob key; _record_dups takes these out again before the outcome is stored.
+        out["_sent"] = {"fields": fields, "image_key": image_key}
         return out, None
     iso, ts = labels.now_stamp()
     record = {
@@ -197,6 +200,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
 
 
 def _record_dups(r, outcomes: list[dict]) -> None:
+    sent = {o["index"]: o.pop("_sent", None) or {} for o in outcomes}
     dups = {
         o["hash_sha1"]: orjson.dumps(
             {
@@ -205,6 +209,8 @@ def _record_dups(r, outcomes: list[dict]) -> None:
                 "verifier_score": o["verifier_score"],
                 "phash": o["phash"],
                 "file_path": o["file_path"],
+                "name": o.get("name"),
+                **sent[o["index"]],
                 "at": time.time(),
             }
         ).decode()
@@ -362,6 +368,14 @@ def refuse_exact_duplicate(outcome: dict) -> dict:
         err = YanaError.of(ErrorCode.CONFLICT, f"this image is already indexed as {outcome['dedup_of']}")
         return {**outcome, "dedup": False, "error": err.body()}
     return outcome
+
+
+def outcomes_so_far(r, job_id: str) -> list[dict]:
+    """The outcomes an ingest job has recorded so far (images by index, then documents)."""
+    raw = r.hgetall(OUTCOMES_KEY.format(job_id=job_id))
+    images = sorted((int(k), v) for k, v in raw.items() if k.isdigit())
+    docs = sorted((int(k[4:]), v) for k, v in raw.items() if k.startswith("doc:") and k[4:].isdigit())
+    return [orjson.loads(v) for _i, v in images] + [orjson.loads(v) for _i, v in docs]
 
 
 def summarise(r, job_id: str, n_items: int, n_docs: int, strict: bool = False) -> dict:

@@ -12,11 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.contract import contract
 from api.schemas import ERRORS, Envelope
 from pipelines import jobs as jobstore
+from pipelines.ingest import outcomes_so_far
 from tasks import registry
 from yana.errors import ErrorCode, YanaError
 from yana.ids import valid_job_id
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+queues_router = APIRouter(prefix="/v1", tags=["jobs"])
 
 _WAIT_RE = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+)", re.I)
 CURSOR_MAX = 2**53 - 1  # cursors are created-at ms * 1000 + n: far below; exact in every JSON client
@@ -56,6 +58,14 @@ class Job(Envelope):
     parent_id: str | None = None
     callback_url: str | None = None
     webhook: dict | None = Field(default=None, description="delivery attempts of the job's webhook")
+
+
+class JobItems(Envelope):
+    job_id: str
+    status: JobStatus
+    items: list[dict[str, Any]] = Field(
+        description="per-item outcomes recorded so far (ingest: id, dedup_of, error...)"
+    )
 
 
 class JobList(Envelope):
@@ -136,6 +146,21 @@ async def wait_job(
 
 
 @router.get(
+    "/{job_id}/items",
+    operation_id="job_items",
+    response_model=JobItems,
+    responses=ERRORS(404),
+    summary="The items a job has finished so far, with their outcomes (while it runs, too)",
+)
+async def job_items(job_id: JobId) -> dict:
+    job = await asyncio.to_thread(get_or_404, job_id)
+    items = await asyncio.to_thread(outcomes_so_far, registry.job_store().r, job_id)
+    if not items and isinstance((job.get("result") or {}), dict):
+        items = (job.get("result") or {}).get("items") or []
+    return {"job_id": job_id, "status": job["status"], "items": items}
+
+
+@router.get(
     "", operation_id="list_jobs", response_model=JobList, responses=ERRORS(), summary="Recent jobs, newest first"
 )
 async def list_jobs(
@@ -163,3 +188,24 @@ async def cancel_job(job_id: JobId) -> dict:
         raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is already {job['status']}")
     await asyncio.to_thread(registry.cancel, job_id)
     return _view(await asyncio.to_thread(get_or_404, job_id))
+
+
+class WorkerInfo(BaseModel):
+    name: str
+    queues: list[str]
+
+
+class QueueStatus(Envelope):
+    queues: dict[str, int] = Field(description="messages waiting per queue")
+    workers: list[WorkerInfo] = Field(description="workers that answered within a second, with the queues they consume")
+
+
+@queues_router.get(
+    "/queues",
+    operation_id="queue_status",
+    response_model=QueueStatus,
+    responses=ERRORS(503),
+    summary="Queues with the messages waiting, and the workers (with their queues) that answer",
+)
+async def queue_status() -> dict:
+    return await asyncio.to_thread(registry.queue_status, 1.0)
