@@ -98,16 +98,20 @@ class MergeRequest(BaseModel):
     )
 
 
-class Decision(Envelope):
-    model_config = ConfigDict(extra="allow")
+class DecisionRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")  # split: from, merge (the record restored); merge: duplicate...
     action: str = Field(description="split | merge")
     label_id: str = Field(description="split: the new label; merge: the kept label")
     who: str = Field(description="the caller's token id (t:...) or 'anonymous' with auth off")
     at: float = Field(description="when (Unix seconds, UTC)")
 
 
+class Decision(Envelope, DecisionRecord):
+    pass
+
+
 class Decisions(Envelope):
-    decisions: list[Decision]
+    decisions: list[DecisionRecord]
 
 
 def _who(token: str | None) -> str:

@@ -165,9 +165,10 @@ def test_split_a_wrong_merge_then_find_it_by_search(page, api, ingested, photo_f
     # and the labels page finds it by its region
     page.goto("/console/#/labels")
     page.get_by_label("地域").fill(SPLIT_REGION)
-    page.get_by_role("button", name="検索").click()
+    page.get_by_role("button", name="検索", exact=True).click()
     page.locator(f'#label-grid [data-label="{new_id}"]').wait_for()
     assert page.locator("#label-grid .card").count() == 1
+    shot(page, "labels")
     # the same bytes sent again answer the split label, not the one it was merged into
     again = api.post(
         "/v1/ingest",
