@@ -378,6 +378,42 @@ def outcomes_so_far(r, job_id: str) -> list[dict]:
     return [orjson.loads(v) for _i, v in images] + [orjson.loads(v) for _i, v in docs]
 
 
+RETRY_KEY = "yana:ingest:{job_id}:retry"  # hash "ingest" -> the job re-running its failed items
+
+
+def failed_items_to_retry(r, job: dict, new_job_id: str, blobs: BlobStore) -> tuple[list[dict], list[dict]]:
+    """(items for a new ingest job, failed items that cannot be re-run) of a finished ingest job.
+
+    An item failed when its outcome has an error or it has none (the job ended before it). Its
+    source is sent again as it was: a URL or import-folder path is read again; uploaded bytes are
+    copied to the new job's staging area while the old job's are still there (they go when a job
+    succeeds, or with the sweeper), else the item is listed as lost (upload it again)."""
+    from pipelines.ingest_accept import staging_prefix
+
+    params = job.get("params") or {}
+    outcomes = {o["index"]: o for o in outcomes_so_far(r, job["id"]) if isinstance(o.get("index"), int)}
+    retry: list[dict] = []
+    lost: list[dict] = []
+    for item in params.get("items") or []:
+        i = int(item["index"])
+        out = outcomes.get(i)
+        if out is not None and not out.get("error"):
+            continue
+        source = dict(item.get("source") or {})
+        if source.get("kind") == "stored":
+            path = source.get("path") or ""
+            if not path or not blobs.exists(path):
+                lost.append(
+                    {"index": i, "name": item.get("name"), "reason": "the uploaded bytes are gone: upload again"}
+                )
+                continue
+            key = f"{staging_prefix(new_job_id)}{len(retry)}.bin"
+            blobs.put(key, b"".join(blobs.stream(path)))
+            source = {"kind": "stored", "path": key}
+        retry.append({**item, "index": len(retry), "source": source, "retry_of": {"job_id": job["id"], "index": i}})
+    return retry, lost
+
+
 def summarise(r, job_id: str, n_items: int, n_docs: int, strict: bool = False) -> dict:
     raw = r.hgetall(OUTCOMES_KEY.format(job_id=job_id))
     items = [orjson.loads(raw[str(i)]) for i in range(n_items) if str(i) in raw]
@@ -439,9 +475,17 @@ def run_ingest(
     ingest_images(ctx, items, r=r, chroma=chroma, s=s, total=total, blobs=blobs)
     ingest_documents(ctx, documents, r=r, chroma=chroma, s=s, done_before=len(items), total=total)
     result = summarise(r, ctx.job_id, len(items), len(documents), strict=strict)
-    # The job has ended: its staged uploads can go (the images are kept, content-addressed). A job
-    # that ends otherwise (failed, cancelled) leaves them to the sweeper (sweep_staging).
-    remove_staged(blobs, ctx.job_id)
+    # The job has ended: its staged uploads can go (the images are kept, content-addressed), but
+    # those of failed items, which POST /v1/jobs/{id}/retry-failed can send again: the sweeper
+    # removes them after STAGING_GRACE_S (sweep_staging), as it does for a job that ends otherwise.
+    failed = {o["index"] for o in result["items"] if o.get("error")}
+    if not failed:
+        remove_staged(blobs, ctx.job_id)
+    else:
+        for item in items:
+            src = item.get("source") or {}
+            if int(item["index"]) not in failed and src.get("kind") == "stored" and src.get("path"):
+                blobs.delete(src["path"])
     if total == 1 and result["failed"]:  # one item: its failure is the job's (code and message)
         err = (result["items"] or result["document_items"])[0]["error"]
         raise YanaError(err["code"], err["message"], 422, bool(err.get("retryable")))

@@ -12,10 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.contract import contract
 from api.schemas import ERRORS, Envelope
 from pipelines import jobs as jobstore
-from pipelines.ingest import outcomes_so_far
+from pipelines.ingest import RETRY_KEY, failed_items_to_retry, outcomes_so_far
 from tasks import registry
+from yana import context
+from yana.clients import get_blobs, get_redis
 from yana.errors import ErrorCode, YanaError
-from yana.ids import valid_job_id
+from yana.ids import new_job_id, valid_job_id
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 queues_router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -209,3 +211,67 @@ class QueueStatus(Envelope):
 )
 async def queue_status() -> dict:
     return await asyncio.to_thread(registry.queue_status, 1.0)
+
+
+class RetryAccepted(Envelope):
+    job_id: str | None = Field(description="the ingest job re-running the failed items (null: nothing to re-run)")
+    status: JobStatus | None = None
+    status_url: str | None = None
+    retried: int = Field(description="failed items sent again")
+    lost: list[dict[str, Any]] = Field(description="failed items that cannot be re-run (their uploaded bytes are gone)")
+    existing: bool = Field(False, description="this job's failed items were already re-run: that job")
+
+
+def _retry_failed(job_id: str) -> dict:
+    job = get_or_404(job_id)
+    if job["kind"] != "ingest":
+        raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is a {job['kind']} job; only ingest items can be re-run")
+    if job["status"] not in jobstore.TERMINAL:
+        raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is still {job['status']}")
+    r = get_redis()
+    once_key = RETRY_KEY.format(job_id=job_id)
+    bound = r.hget(once_key, "ingest")
+    if bound:
+        again = get_or_404(bound)
+        return {
+            "job_id": bound,
+            "status": again["status"],
+            "status_url": f"/v1/jobs/{bound}",
+            "retried": len((again.get("params") or {}).get("items") or []),
+            "lost": [],
+            "existing": True,
+        }
+    new_id = new_job_id()
+    items, lost = failed_items_to_retry(r, job, new_id, get_blobs())
+    if not items:
+        return {"job_id": None, "retried": 0, "lost": lost}
+    strict = bool((job.get("params") or {}).get("strict"))
+    corr = context.current()
+    created = registry.enqueue(
+        "ingest",
+        {"items": items, "strict": strict},
+        correlation=corr.as_dict() if corr else None,
+        callback_url=job.get("callback_url"),
+        job_id=new_id,
+        parent_id=job_id,
+        once=(once_key, "ingest"),
+    )
+    return {
+        "job_id": created["id"],
+        "status": created["status"],
+        "status_url": f"/v1/jobs/{created['id']}",
+        "retried": len(items),
+        "lost": lost,
+        "existing": created["id"] != new_id,
+    }
+
+
+@router.post(
+    "/{job_id}/retry-failed",
+    operation_id="retry_failed_items",
+    response_model=RetryAccepted,
+    responses=ERRORS(404, 409),
+    summary="Re-run a finished ingest job's failed items as a new job (idempotent: once per job)",
+)
+async def retry_failed(job_id: JobId) -> dict:
+    return await asyncio.to_thread(_retry_failed, job_id)

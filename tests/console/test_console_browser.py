@@ -167,7 +167,7 @@ def test_split_a_wrong_merge_then_find_it_by_search(page, api, ingested, photo_f
     page.get_by_label("地域").fill(SPLIT_REGION)
     page.get_by_role("button", name="検索", exact=True).click()
     page.locator(f'#label-grid [data-label="{new_id}"]').wait_for()
-    assert page.locator("#label-grid .card").count() == 1
+    wait_for(lambda: page.locator("#label-grid .card").count() == 1, 20, what="only the split label in the grid")
     shot(page, "labels")
     # the same bytes sent again answer the split label, not the one it was merged into
     again = api.post(
@@ -205,6 +205,34 @@ def test_correct_a_brand_and_find_it_by_the_new_brand(page, api, ingested):
     page.get_by_text("保存しました").wait_for()
     page.locator('#fields tr[data-field="brand_name"] [data-source="corrected"]').wait_for()
     assert [h["id"] for h in _search(api, query_text="訂正後の銘柄")][:1] == [label]
+
+
+def test_rerun_the_failed_items_of_a_job(page, api, photo_folder, tmp_path):
+    """A folder with one unreadable photo: the job page offers to re-run it; the re-run job has
+    that one item (it fails again: its bytes are still not an image), and asking twice gives the
+    same job."""
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0" + os.urandom(64))
+    good = tmp_path / "fine.jpg"
+    good.write_bytes(images.encode(images.render_label(photo_folder["metas"][1], seed=4242), "JPEG", 70))
+    page.goto("/console/#/ingest")
+    page.get_by_label("写真ファイル").set_input_files([str(bad), str(good)])
+    page.get_by_role("button", name="取り込む").click()
+    page.wait_for_url("**/console/#/jobs/*")
+    first = page.url.rsplit("/", 1)[1]
+    page.locator('#job-status[data-status="succeeded"]').wait_for(timeout=180_000)
+    page.locator('#items tr[data-outcome="failed"]').wait_for()
+    page.get_by_role("button", name="失敗した項目を再実行").click()
+    page.wait_for_url(lambda u: "/jobs/" in u and not u.endswith(first))
+    second = page.url.rsplit("/", 1)[1]
+    page.locator("#job-status[data-status]").wait_for()
+    wait_for(lambda: api.get(f"/v1/jobs/{second}").json()["status"] in ("succeeded", "failed"), 180, what="the re-run")
+    job = api.get(f"/v1/jobs/{second}").json()
+    assert job["parent_id"] == first
+    items = api.get(f"/v1/jobs/{second}/items").json()["items"]
+    assert [(o["name"], o["error"]["code"]) for o in items] == [("broken.jpg", "CORRUPT_IMAGE")]
+    again = api.post(f"/v1/jobs/{first}/retry-failed")
+    assert again.status_code == 200 and again.json()["job_id"] == second and again.json()["existing"]
 
 
 def test_label_page_draws_the_image(page, ingested):

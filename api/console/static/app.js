@@ -123,13 +123,23 @@ async function jobPage(id) {
   cancel.addEventListener("click", async () => {
     try { await api(`/v1/jobs/${id}`, { method: "DELETE" }); say(t("job.cancelled")); } catch (e) { fail(e); }
   });
+  const retry = h("button", { type: "button", class: "secondary", id: "retry" }, t("job.retry"));
+  retry.addEventListener("click", async () => {
+    retry.disabled = true;
+    try {
+      const res = await api(`/v1/jobs/${id}/retry-failed`, { method: "POST" });
+      if (res.lost && res.lost.length) say(`${t("job.lost")}: ${res.lost.map((x) => x.name || x.index).join(", ")}`, true);
+      if (res.job_id) { say(t("job.retried")); location.hash = `#/jobs/${res.job_id}`; }
+    } catch (e) { retry.disabled = false; fail(e); }
+  });
   const shown = new Map();
   poll(async () => {
     const [job, items] = await Promise.all([api(`/v1/jobs/${id}`), api(`/v1/jobs/${id}/items`)]);
     const failed = items.items.filter((o) => o.error).length;
     head.replaceChildren(h("span", { id: "job-status", "data-status": job.status }, stateBadge(job.status)), job.kind, progressBar(job), counts(job),
       job.error ? h("span", { class: "bad" }, job.error.message) : "", TERMINAL.has(job.status) ? "" : cancel,
-      failed && TERMINAL.has(job.status) ? h("span", { class: "muted" }, `${t("out.failed")}: ${failed}`) : "");
+      job.parent_id ? h("a", { href: `#/jobs/${job.parent_id}` }, `${t("job.parent")} ${job.parent_id}`) : "",
+      job.kind === "ingest" && TERMINAL.has(job.status) && (failed || job.status === "failed") ? retry : "");
     for (const o of items.items) {
       const key = String(o.index);
       if (shown.has(key)) continue;
@@ -244,10 +254,13 @@ async function labelsPage() {
     if (append) grid.append(...cards);
     else grid.replaceChildren(...(cards.length ? cards : [h("p", {}, t("labels.empty"))]));
   };
+  let asked = 0; // only the latest search's answer is shown (an earlier one may arrive later)
   const run = async (page = 1) => {
     const body = { query_text: q.value.trim() || null, filters: filters(), sort_by: sort.value, page, page_size: 24 };
     lastBody = body;
+    const mine = ++asked;
     const data = await api("/v1/search", { method: "POST", json: body });
+    if (mine !== asked) return;
     nextPage = data.next_page;
     more.hidden = !nextPage;
     render(data.hits.filter((x) => x.source !== "text"), page > 1);
@@ -265,8 +278,10 @@ async function labelsPage() {
     fd.append("image", photo.files[0]);
     for (const [k, v] of Object.entries(filters())) fd.append(k, v);
     fd.append("page_size", "24");
+    const mine = ++asked;
     try {
       const data = await api("/v1/search", { method: "POST", form: fd });
+      if (mine !== asked) return;
       more.hidden = true;
       render(data.hits, false);
     } catch (e) {
@@ -409,7 +424,7 @@ async function duplicatesPage() {
       h("td", {}, x.action === "merge" ? labelLink(x.duplicate) : labelLink(x.from)), h("td", {}, x.who), h("td", {}, when(x.at)))));
   };
   view.append(h("h1", {}, t("dups.title")), h("h2", {}, t("dups.merge")), merge, list,
-    h("h2", {}, t("dups.decisions")), h("table", { id: "decisions" }, h("thead", {}, h("tr", {}, [t("dups.action"), "label", "⇄", t("dups.who"), t("dups.when")].map((c) => h("th", { scope: "col" }, c)))), decisions));
+    h("h2", {}, t("dups.decisions")), h("table", { id: "decisions" }, h("thead", {}, h("tr", {}, [t("dups.action"), t("dups.label"), t("dups.other"), t("dups.who"), t("dups.when")].map((c) => h("th", { scope: "col" }, c)))), decisions));
   await load();
 }
 
