@@ -7,6 +7,8 @@ import { parseFieldsFile } from "./fields.js";
 const view = document.getElementById("view");
 const statusLine = document.getElementById("status");
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const BATCH_BYTES = 40 * 1024 * 1024; // under the ingest route's 50 MB body limit
+const BATCH_FILES = 500;
 const FIELDS = ["category", "brand_name", "product_name", "brewery", "region", "label_features"];
 let authRequired = false;
 let timer = null; // the current page's polling timer
@@ -193,17 +195,29 @@ async function ingestPage() {
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     if (!files.length) return say(t("ingest.none"), true);
-    const fd = new FormData();
-    fd.append("category", cat.value);
-    const items = files.map((f) => (overrides && (overrides.get(f.name) || overrides.get(f.webkitRelativePath))) || {});
-    files.forEach((f) => fd.append("files", f, f.name));
-    if (items.some((o) => Object.keys(o).length)) fd.append("items", JSON.stringify(items));
+    // One request per batch (the route takes 50 MB at most): each batch is one job.
+    const batches = [[]];
+    let bytes = 0;
+    for (const f of files) {
+      if (batches.at(-1).length && (bytes + f.size > BATCH_BYTES || batches.at(-1).length >= BATCH_FILES)) { batches.push([]); bytes = 0; }
+      batches.at(-1).push(f);
+      bytes += f.size;
+    }
+    const jobs = [];
     try {
-      const res = await api("/v1/ingest", { method: "POST", form: fd });
-      if (res.dedup) return say(t("ingest.exact", { id: res.id }));
-      say(t("ingest.started", { id: res.job_id }));
-      location.hash = `#/jobs/${res.job_id}`;
+      for (const batch of batches) {
+        const fd = new FormData();
+        fd.append("category", cat.value);
+        const items = batch.map((f) => (overrides && (overrides.get(f.name) || overrides.get(f.webkitRelativePath))) || {});
+        batch.forEach((f) => fd.append("files", f, f.name));
+        if (items.some((o) => Object.keys(o).length)) fd.append("items", JSON.stringify(items));
+        const res = await api("/v1/ingest", { method: "POST", form: fd });
+        if (res.dedup) say(t("ingest.exact", { id: res.id }));
+        else { jobs.push(res.job_id); say(t("ingest.started", { id: res.job_id })); }
+      }
     } catch (err) { fail(err); }
+    if (jobs.length === 1) location.hash = `#/jobs/${jobs[0]}`;
+    else if (jobs.length > 1) location.hash = "#/jobs";
   });
   view.append(h("h1", {}, t("ingest.title")), drop, form, count);
 }
