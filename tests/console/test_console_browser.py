@@ -79,7 +79,11 @@ def photo_folder(tmp_path_factory):
     """Three distinct labels and a resized copy of the first (same brand and product, so ingest
     merges it; only its region differs), plus a CSV of fields per file name."""
     folder = tmp_path_factory.mktemp("photos")
-    metas = _labels(3, seed=int.from_bytes(os.urandom(2), "big"))
+    # A fixed catalogue seed: ingest reads every label (OCR_MODE=auto) and a brand read off one
+    # image that differs from the other's keeps them apart whatever the uploader's fields say
+    # (pipelines.neardup.decision.read_conflict). The resized copy of some generated labels reads
+    # otherwise (seed 14: 獺祭 vs 獺祭大), so a random seed made the merge this test needs random.
+    metas = _labels(3, seed=13)
     originals = [images.render_label(m, seed=900 + i) for i, m in enumerate(metas)]
     rows = []
     for i, (m, im) in enumerate(zip(metas, originals, strict=True)):
