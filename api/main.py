@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from api.console import router as console_router
 from api.contract import include_router, install_contract
 from api.routes import ROUTERS, metrics
 from yana import NAME, __version__
@@ -42,6 +43,7 @@ def create_app() -> FastAPI:
     )
     for router in ROUTERS:
         include_router(app, router)
+    include_router(app, console_router)  # the web console at /console (static files, open like /docs)
     install_contract(app)
     metrics.install(app)
     return app

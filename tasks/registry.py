@@ -115,3 +115,25 @@ def cancel(job_id: str) -> str | None:
         if task_id:
             app.control.revoke(task_id, terminate=True, signal="SIGUSR1")
     return prev
+
+
+def queue_status(timeout_s: float = 1.0) -> dict:
+    """Messages waiting per queue (every priority step), and the workers that answer a broadcast
+    within timeout_s with the queues each consumes (the console's health page)."""
+    from kombu.transport.redis import Channel
+
+    from workers.queues import QUEUES, broker_message_keys
+
+    r = get_redis()
+    lists, _unacked, _index = broker_message_keys()
+    with r.pipeline(transaction=False) as p:
+        for key in lists:
+            p.llen(key)
+        lengths = dict(zip(lists, p.execute(), strict=True))
+    depth = {q: sum(n for k, n in lengths.items() if k == q or k.startswith(q + Channel.sep)) for q in QUEUES}
+    try:
+        answers = app.control.inspect(timeout=timeout_s).active_queues() or {}
+    except Exception:  # noqa: BLE001 - no broker or no answer: no workers to show, not an error
+        answers = {}
+    workers = [{"name": name, "queues": sorted(q["name"] for q in qs)} for name, qs in sorted(answers.items())]
+    return {"queues": depth, "workers": workers}

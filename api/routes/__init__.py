@@ -5,6 +5,7 @@ from api.routes import chat, dedup, demo, health, ingest, jobs, labels, logs, me
 ROUTERS = [
     health.router,
     jobs.router,
+    jobs.queues_router,
     demo.router,
     ingest.router,
     dedup.router,

@@ -11,12 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.contract import contract
 from api.schemas import ERRORS, Envelope
+from pipelines.ingest.pipeline import RETRY_KEY, failed_items_to_retry, outcomes_so_far
 from pipelines.runtime import jobs as jobstore
 from tasks import registry
+from yana import context
+from yana.clients import get_blobs, get_redis
 from yana.errors import ErrorCode, YanaError
-from yana.ids import valid_job_id
+from yana.ids import new_job_id, valid_job_id
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+queues_router = APIRouter(prefix="/v1", tags=["jobs"])
 
 _WAIT_RE = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+)", re.I)
 CURSOR_MAX = 2**53 - 1  # cursors are created-at ms * 1000 + n: far below; exact in every JSON client
@@ -56,6 +60,14 @@ class Job(Envelope):
     parent_id: str | None = None
     callback_url: str | None = None
     webhook: dict | None = Field(default=None, description="delivery attempts of the job's webhook")
+
+
+class JobItems(Envelope):
+    job_id: str
+    status: JobStatus
+    items: list[dict[str, Any]] = Field(
+        description="per-item outcomes recorded so far (ingest: id, dedup_of, error...)"
+    )
 
 
 class JobList(Envelope):
@@ -136,6 +148,21 @@ async def wait_job(
 
 
 @router.get(
+    "/{job_id}/items",
+    operation_id="job_items",
+    response_model=JobItems,
+    responses=ERRORS(404),
+    summary="The items a job has finished so far, with their outcomes (while it runs, too)",
+)
+async def job_items(job_id: JobId) -> dict:
+    job = await asyncio.to_thread(get_or_404, job_id)
+    items = await asyncio.to_thread(outcomes_so_far, registry.job_store().r, job_id)
+    if not items and isinstance((job.get("result") or {}), dict):
+        items = (job.get("result") or {}).get("items") or []
+    return {"job_id": job_id, "status": job["status"], "items": items}
+
+
+@router.get(
     "", operation_id="list_jobs", response_model=JobList, responses=ERRORS(), summary="Recent jobs, newest first"
 )
 async def list_jobs(
@@ -163,3 +190,88 @@ async def cancel_job(job_id: JobId) -> dict:
         raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is already {job['status']}")
     await asyncio.to_thread(registry.cancel, job_id)
     return _view(await asyncio.to_thread(get_or_404, job_id))
+
+
+class WorkerInfo(BaseModel):
+    name: str
+    queues: list[str]
+
+
+class QueueStatus(Envelope):
+    queues: dict[str, int] = Field(description="messages waiting per queue")
+    workers: list[WorkerInfo] = Field(description="workers that answered within a second, with the queues they consume")
+
+
+@queues_router.get(
+    "/queues",
+    operation_id="queue_status",
+    response_model=QueueStatus,
+    responses=ERRORS(503),
+    summary="Queues with the messages waiting, and the workers (with their queues) that answer",
+)
+async def queue_status() -> dict:
+    return await asyncio.to_thread(registry.queue_status, 1.0)
+
+
+class RetryAccepted(Envelope):
+    job_id: str | None = Field(description="the ingest job re-running the failed items (null: nothing to re-run)")
+    status: JobStatus | None = None
+    status_url: str | None = None
+    retried: int = Field(description="failed items sent again")
+    lost: list[dict[str, Any]] = Field(description="failed items that cannot be re-run (their uploaded bytes are gone)")
+    existing: bool = Field(False, description="this job's failed items were already re-run: that job")
+
+
+def _retry_failed(job_id: str) -> dict:
+    job = get_or_404(job_id)
+    if job["kind"] != "ingest":
+        raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is a {job['kind']} job; only ingest items can be re-run")
+    if job["status"] not in jobstore.TERMINAL:
+        raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is still {job['status']}")
+    r = get_redis()
+    once_key = RETRY_KEY.format(job_id=job_id)
+    bound = r.hget(once_key, "ingest")
+    if bound:
+        again = get_or_404(bound)
+        return {
+            "job_id": bound,
+            "status": again["status"],
+            "status_url": f"/v1/jobs/{bound}",
+            "retried": len((again.get("params") or {}).get("items") or []),
+            "lost": [],
+            "existing": True,
+        }
+    new_id = new_job_id()
+    items, lost = failed_items_to_retry(r, job, new_id, get_blobs())
+    if not items:
+        return {"job_id": None, "retried": 0, "lost": lost}
+    strict = bool((job.get("params") or {}).get("strict"))
+    corr = context.current()
+    created = registry.enqueue(
+        "ingest",
+        {"items": items, "strict": strict},
+        correlation=corr.as_dict() if corr else None,
+        callback_url=job.get("callback_url"),
+        job_id=new_id,
+        parent_id=job_id,
+        once=(once_key, "ingest"),
+    )
+    return {
+        "job_id": created["id"],
+        "status": created["status"],
+        "status_url": f"/v1/jobs/{created['id']}",
+        "retried": len(items),
+        "lost": lost,
+        "existing": created["id"] != new_id,
+    }
+
+
+@router.post(
+    "/{job_id}/retry-failed",
+    operation_id="retry_failed_items",
+    response_model=RetryAccepted,
+    responses=ERRORS(404, 409),
+    summary="Re-run a finished ingest job's failed items as a new job (idempotent: once per job)",
+)
+async def retry_failed(job_id: JobId) -> dict:
+    return await asyncio.to_thread(_retry_failed, job_id)

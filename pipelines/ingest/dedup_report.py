@@ -67,6 +67,11 @@ def _duplicate(sha1: str, d: dict) -> dict:
     return {
         "hash_sha1": sha1,
         "distance": d.get("distance"),
+        "verifier_score": d.get("verifier_score"),
+        # why it was merged: exact bytes, the pHash (and verifier), or a person (manual)
+        "reason": d.get("reason")
+        or ("exact" if d.get("distance") == 0 and d.get("verifier_score") is None else "near-duplicate"),
+        "by": d.get("by"),
         "phash": d.get("phash"),
         "file_path": path,
         # The name it was uploaded under when ingestion recorded it, else the stored file's name.

@@ -27,7 +27,7 @@ import orjson
 
 from pipelines.embedding.cache import embed_cached
 from pipelines.ingest import corrections, image_io, readings, sources
-from pipelines.ingest.accept import remove_staged
+from pipelines.ingest.accept import remove_staged, staging_prefix
 from pipelines.ingest.keys import OUTCOMES_KEY
 from pipelines.labels import schema as labels
 from pipelines.labels.model import merge_field_values
@@ -176,6 +176,52 @@ def _field_values(fields: dict, reading: dict | None) -> dict[str, dict]:
     return merge_field_values(given, read)
 
 
+def label_record(
+    label_id: str,
+    fields: dict,
+    reading: dict | None,
+    *,
+    sha1: str,
+    phash: str,
+    file_path: str,
+    fixed: dict[str, dict] | None = None,
+) -> tuple[dict, dict]:
+    """(chunk metadata, fields for the label text) of a new label: the uploader's fields, then
+    what was read off the image (`reading`, pipelines.ingest.readings; None: not read), then the
+    corrections people made (`fixed`, pipelines.ingest.corrections), which win."""
+    iso, ts = labels.now_stamp()
+    record = {
+        "id": label_id,
+        "doc_id": label_id,
+        "source": "label",
+        **{k: fields.get(k) for k in LABEL_FIELDS if k != "text"},
+        "file_path": file_path,
+        "hash_sha1": sha1,
+        "phash": phash,
+        "ingested_at": iso,
+        "ingested_at_ts": ts,
+    }
+    values = _field_values(fields, reading)
+    if reading is not None:
+        record["ocr_text"] = reading.get("text") or ""
+        record["ocr_engine"] = reading.get("engine") or ""
+        # Fields the uploader did not give, as read: kept on the record and in the label text.
+        for k in labels.TEXT_FIELDS:
+            if not record.get(k) and k in values:
+                record[k] = values[k]["value"]
+        if not record.get("label_features") and reading.get("label_features"):
+            record["label_features"] = list(reading["label_features"])
+    values = corrections.apply_corrections(record, values, fixed or {})
+    record["field_sources"] = orjson.dumps(values).decode()
+    text_fields = {**fields, "ocr_fields": {k: v["value"] for k, v in values.items()}}
+    for name in (*labels.TEXT_FIELDS, "label_features"):
+        if name in (fixed or {}):
+            text_fields[name] = record.get(name)
+    if reading is not None:
+        text_fields["ocr_text"] = reading.get("text") or ""
+    return record, text_fields
+
+
 def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobStore, r=None) -> tuple[dict, dict | None]:
     """Decode, hash, store, read, check-and-insert one image. Returns (outcome, label record or None)."""
     i = int(item["index"])
@@ -216,45 +262,22 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
     out["image_url"] = labels.image_url(res.label_id)
     if res.status == "dedup":
         out.update(dedup=True, dedup_of=res.label_id, distance=res.distance, verifier_score=res.score)
+        # What a split (pipelines.review) needs to restore the upload exactly: its fields and
+        # blob key; _record_dups takes these out again before the outcome is stored.
+        out["_sent"] = {"fields": fields, "image_key": image_key}
         return out, None
-    iso, ts = labels.now_stamp()
-    record = {
-        "id": res.label_id,
-        "doc_id": res.label_id,
-        "source": "label",
-        **{k: fields.get(k) for k in LABEL_FIELDS if k != "text"},
-        "file_path": file_path,
-        "hash_sha1": sha1,
-        "phash": ph,
-        "ingested_at": iso,
-        "ingested_at_ts": ts,
-    }
-    if item.get("name"):  # the name the client uploaded it under (the dedup report shows it)
-        record["file_name"] = str(item["name"])[:300]
-    values = _field_values(fields, reading)
-    if reading is not None:
-        record["ocr_text"] = reading.get("text") or ""
-        record["ocr_engine"] = reading.get("engine") or ""
-        # Fields the uploader did not give, as read: kept on the record and in the label text.
-        for k in labels.TEXT_FIELDS:
-            if not record.get(k) and k in values:
-                record[k] = values[k]["value"]
-        if not record.get("label_features") and reading.get("label_features"):
-            record["label_features"] = list(reading["label_features"])
     # A person's correction of this label (an ingest of the same image running again) wins.
     fixed = corrections.corrections(r, res.label_id) if r is not None else {}
-    values = corrections.apply_corrections(record, values, fixed)
-    record["field_sources"] = orjson.dumps(values).decode()
-    text_fields = {**fields, "ocr_fields": {k: v["value"] for k, v in values.items()}}
-    for name in (*labels.TEXT_FIELDS, "label_features"):
-        if name in fixed:
-            text_fields[name] = record.get(name)
-    if reading is not None:
-        text_fields["ocr_text"] = reading.get("text") or ""
+    record, text_fields = label_record(
+        res.label_id, fields, reading, sha1=sha1, phash=ph, file_path=file_path, fixed=fixed
+    )
+    if item.get("name"):  # the name the client uploaded it under (the dedup report shows it)
+        record["file_name"] = str(item["name"])[:300]
     return out, {"record": record, "fields": text_fields, "image_key": image_key}
 
 
 def _record_dups(r, outcomes: list[dict]) -> None:
+    sent = {o["index"]: o.pop("_sent", None) or {} for o in outcomes}
     phash_index.record_merges(
         r,
         {
@@ -265,6 +288,7 @@ def _record_dups(r, outcomes: list[dict]) -> None:
                 "phash": o["phash"],
                 "file_path": o["file_path"],
                 "name": o.get("name"),  # the uploaded name (the dedup report shows it)
+                **sent[o["index"]],
                 "at": time.time(),
             }
             for o in outcomes
@@ -422,6 +446,48 @@ def refuse_exact_duplicate(outcome: dict) -> dict:
     return outcome
 
 
+def outcomes_so_far(r, job_id: str) -> list[dict]:
+    """The outcomes an ingest job has recorded so far (images by index, then documents)."""
+    raw = r.hgetall(OUTCOMES_KEY.format(job_id=job_id))
+    images = sorted((int(k), v) for k, v in raw.items() if k.isdigit())
+    docs = sorted((int(k[4:]), v) for k, v in raw.items() if k.startswith("doc:") and k[4:].isdigit())
+    return [orjson.loads(v) for _i, v in images] + [orjson.loads(v) for _i, v in docs]
+
+
+RETRY_KEY = "yana:ingest:{job_id}:retry"  # hash "ingest" -> the job re-running its failed items
+
+
+def failed_items_to_retry(r, job: dict, new_job_id: str, blobs: BlobStore) -> tuple[list[dict], list[dict]]:
+    """(items for a new ingest job, failed items that cannot be re-run) of a finished ingest job.
+
+    An item failed when its outcome has an error or it has none (the job ended before it). Its
+    source is sent again as it was: a URL or import-folder path is read again; uploaded bytes are
+    copied to the new job's staging area while the old job's are still there (they go when a job
+    succeeds, or with the sweeper), else the item is listed as lost (upload it again)."""
+    params = job.get("params") or {}
+    outcomes = {o["index"]: o for o in outcomes_so_far(r, job["id"]) if isinstance(o.get("index"), int)}
+    retry: list[dict] = []
+    lost: list[dict] = []
+    for item in params.get("items") or []:
+        i = int(item["index"])
+        out = outcomes.get(i)
+        if out is not None and not out.get("error"):
+            continue
+        source = dict(item.get("source") or {})
+        if source.get("kind") == "stored":
+            path = source.get("path") or ""
+            if not path or not blobs.exists(path):
+                lost.append(
+                    {"index": i, "name": item.get("name"), "reason": "the uploaded bytes are gone: upload again"}
+                )
+                continue
+            key = f"{staging_prefix(new_job_id)}{len(retry)}.bin"
+            blobs.put(key, b"".join(blobs.stream(path)))
+            source = {"kind": "stored", "path": key}
+        retry.append({**item, "index": len(retry), "source": source, "retry_of": {"job_id": job["id"], "index": i}})
+    return retry, lost
+
+
 def summarise(r, job_id: str, n_items: int, n_docs: int, strict: bool = False) -> dict:
     raw = r.hgetall(OUTCOMES_KEY.format(job_id=job_id))
     items = [orjson.loads(raw[str(i)]) for i in range(n_items) if str(i) in raw]
@@ -483,9 +549,17 @@ def run_ingest(
     ingest_images(ctx, items, r=r, chroma=chroma, s=s, total=total, blobs=blobs)
     ingest_documents(ctx, documents, r=r, chroma=chroma, s=s, done_before=len(items), total=total)
     result = summarise(r, ctx.job_id, len(items), len(documents), strict=strict)
-    # The job has ended: its staged uploads can go (the images are kept, content-addressed). A job
-    # that ends otherwise (failed, cancelled) leaves them to the sweeper (sweep_staging).
-    remove_staged(blobs, ctx.job_id)
+    # The job has ended: its staged uploads can go (the images are kept, content-addressed), but
+    # those of failed items, which POST /v1/jobs/{id}/retry-failed can send again: the sweeper
+    # removes them after STAGING_GRACE_S (sweep_staging), as it does for a job that ends otherwise.
+    failed = {o["index"] for o in result["items"] if o.get("error")}
+    if not failed:
+        remove_staged(blobs, ctx.job_id)
+    else:
+        for item in items:
+            src = item.get("source") or {}
+            if int(item["index"]) not in failed and src.get("kind") == "stored" and src.get("path"):
+                blobs.delete(src["path"])
     if total == 1 and result["failed"]:  # one item: its failure is the job's (code and message)
         err = (result["items"] or result["document_items"])[0]["error"]
         raise YanaError(err["code"], err["message"], 422, bool(err.get("retryable")))

@@ -639,3 +639,14 @@ def iter_merges(r):
     """(upload sha1, merge record) of every merge recorded."""
     for sha1, raw in r.hscan_iter(DUPS_KEY, count=1000):
         yield sha1, orjson.loads(raw)
+
+
+def merge_of(r, sha1: str) -> dict | None:
+    """The merge record of one upload (None: its bytes were never merged, or were split again)."""
+    raw = r.hget(DUPS_KEY, sha1)
+    return orjson.loads(raw) if raw else None
+
+
+def forget_merge(r, sha1: str) -> None:
+    """Drop one upload's merge record (a person split it: it is its own label now). `r` may be a pipeline."""
+    r.hdel(DUPS_KEY, sha1)

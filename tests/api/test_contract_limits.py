@@ -75,7 +75,16 @@ def test_each_route_declares_its_numbers_once():
     assert by_op["reembed"].idempotent and by_op["demo_sleep"].idempotent  # POST answering 202
     assert by_op["get_job"].timeout(settings) is None  # Prefer: wait bounds itself
     assert by_op["list_jobs"].timeout(settings) == 30 and not by_op["list_jobs"].idempotent
-    assert {op for op, rp in by_op.items() if rp.policy.public} == {"version", "healthz", "health", "healthcheck"}
+    # public: the probes, and the web console's static files (open like /docs: they hold no data)
+    assert {op for op, rp in by_op.items() if rp.policy.public} == {
+        "version",
+        "healthz",
+        "health",
+        "healthcheck",
+        "console",
+        "console_root",
+        "console_asset",
+    }
 
     index = RouteIndex(_route_app(), settings)
     by_op = {index.policy_of(rc).operation_id: index.policy_of(rc) for rc in index.routes()}
