@@ -103,9 +103,14 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
         with httpx.Client(base_url=api, timeout=30) as client:
             job_id = client.post("/v1/demo/sleep", json={"steps": 1, "step_s": 0}).json()["job_id"]
             assert wait_job(client, job_id)["status"] == "succeeded"
-        # Flower's API answers (opened explicitly by setting when auth is off)
-        r = httpx.get(f"http://127.0.0.1:{flower_port}/api/workers", timeout=10)
-        assert r.status_code == 200 and r.json(), r.text
+        # Flower's API answers (opened explicitly by setting when auth is off); it learns the
+        # workers by asking them after it starts, so the list may be empty for its first seconds.
+        def flower_knows_the_worker() -> bool:
+            r = httpx.get(f"http://127.0.0.1:{flower_port}/api/workers", params={"refresh": "1"}, timeout=10)
+            assert r.status_code == 200, r.text
+            return bool(r.json())
+
+        wait_for(flower_knows_the_worker, timeout_s=30, interval_s=1, what="Flower to list the worker")
     finally:
         took = _stop(proc, signal.SIGINT)
     assert took < 10, f"stop took {took:.1f}s"
