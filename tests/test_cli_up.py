@@ -103,6 +103,7 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
         with httpx.Client(base_url=api, timeout=30) as client:
             job_id = client.post("/v1/demo/sleep", json={"steps": 1, "step_s": 0}).json()["job_id"]
             assert wait_job(client, job_id)["status"] == "succeeded"
+
         # Flower's API answers (opened explicitly by setting when auth is off); it learns the
         # workers by asking them after it starts, so the list may be empty for its first seconds.
         def flower_knows_the_worker() -> bool:

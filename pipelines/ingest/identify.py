@@ -56,8 +56,8 @@ def _query_text(reading: dict | None) -> str:
 
 
 def _said(reading: dict | None) -> dict[str, str]:
-    fields = (reading or {}).get("fields") or {}
-    return {k: str((fields.get(k) or {}).get("value") or "") for k in neardup.READ_KEYS if fields.get(k)}
+    sure = readings.identity_fields(reading)
+    return {k: v for k, v in sure.items() if k in neardup.READ_KEYS}
 
 
 def _text_match(r, said: dict[str, str], hit: dict) -> bool:

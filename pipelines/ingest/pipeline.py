@@ -249,7 +249,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         file_path = image_key if blobs.local_path(image_key) is not None else ""
         out["file_path"] = file_path or None
         reading = _read_item(r, sha1, dec.image, fields, out, s)
-        read = {k: f.get("value") for k, f in ((reading or {}).get("fields") or {}).items()}
+        read = readings.identity_fields(reading, fields)
         entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read)
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(

@@ -114,3 +114,20 @@ def read_ahead(items: list[dict], *, r, s: Settings, blobs) -> int:
         except Exception as exc:  # noqa: BLE001 - the ingest body reports the item's failure
             log.info("read-ahead skipped item %s: %s", item.get("index"), exc)
     return n
+
+
+# A read value joins the near-duplicate decision (it can make two labels of one image pair) only
+# when read this surely: a brush brand misread on one photo of a label (北の者誉 / 北の誉誉, 0.72)
+# must not split it. On the tune photographs correct brands and grades read at 0.82-0.95.
+IDENTITY_MIN_CONFIDENCE = 0.8
+
+
+def identity_fields(reading: dict | None, given: dict | None = None) -> dict[str, str]:
+    """{field: value} of a reading for the near-duplicate decision: the sure ones, and none the
+    uploader gave (their value is compared as the uploader's field)."""
+    given = given or {}
+    return {
+        k: str(f.get("value"))
+        for k, f in ((reading or {}).get("fields") or {}).items()
+        if f.get("value") and not given.get(k) and float(f.get("confidence") or 0.0) >= IDENTITY_MIN_CONFIDENCE
+    }
