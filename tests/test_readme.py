@@ -18,7 +18,9 @@ VENV = Path(sys.executable).parent.parent  # README's `.venv`
 
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e ".[dev]"'
 # Commands not run by the README test, and why. Each says where it is covered.
+APT = "apt-get install -y $(cat packages.apt)"
 NOT_RUN = {
+    APT: "system packages, as root: .ci/run runs it",
     INSTALL: "install: .ci/run runs it",
     ".venv/bin/yana up": "runs until stopped: tests/test_cli_up.py starts it, uses it and stops it",
     ".venv/bin/pytest -m unit -q": "the test suite itself: .ci/run runs it",
@@ -30,6 +32,7 @@ NOT_RUN = {
     ".venv/bin/bandit -q -r api pipelines tasks workers yana cli clients tools -ll": "a gate: .ci/run runs it",
 }
 IN_CI = (
+    APT,
     INSTALL,
     ".venv/bin/pytest -m unit -q",
     '.venv/bin/pytest -m "not unit"',
