@@ -29,6 +29,7 @@ image's sha1, as in production) and every mode decides from the same readings.
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import os
 import random
@@ -65,7 +66,7 @@ def build(split: str, seed: int, n_labels: int, families: int, per_family: int) 
         firsts.append({"key": spec.key, "spec": spec, "data": _jpeg(a)})
         seconds.append({"key": spec.key, "spec": spec, "data": _jpeg(b), "crop": pb["crop"]})
     for vary in ("brand", "grade", "number"):
-        for f in range(families):
+        for f in range(families):  # prefix: one product line per (vary, f)
             for spec in design_family(rng, per_family, split=split, vary=vary, prefix=f"{vary}{f}"):
                 img, _p = photograph(render(spec).image, random.Random(rng.getrandbits(64)))
                 family.append({"key": spec.key, "spec": spec, "data": _jpeg(img), "vary": vary})
@@ -117,7 +118,7 @@ def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
 
     _reset(r)
     chroma = chromadb.PersistentClient(
-        path=str(tmp / f"chroma-{mode}"), settings=ChromaSettings(anonymized_telemetry=False)
+        path=str(tmp / f"chroma-{mode}-{time.monotonic_ns()}"), settings=ChromaSettings(anonymized_telemetry=False)
     )
     t0 = time.monotonic()
     out: dict = {}
@@ -180,31 +181,43 @@ def pair_scores(data: dict, r) -> None:
         vb = verifier.query_view(Image.open(io.BytesIO(b["data"])).convert("RGB"))
         return verifier.verify_many(va, [vb.sig], fields_agree=[True])[0]
 
+    def text(x):
+        return "".join(((readings.cached(r, hashing.sha1_hex(x["data"])) or {}).get("text") or "").split())
+
+    def row(a, b):
+        sa, sb = said(a), said(b)
+        extra = sum(
+            1
+            for k in decision.READ_KEYS[1:]
+            if decision._read_norm(sa.get(k)) and decision._read_norm(sa.get(k)) == decision._read_norm(sb.get(k))
+        )
+        sim = difflib.SequenceMatcher(None, text(a), text(b), autojunk=False).ratio()
+        return {
+            "score": round(min(loose(a, b), loose(b, a)), 3),
+            "agrees": decision.text_agrees(sa, sb),
+            "extra": extra,
+            "sim": round(sim, 3),
+        }
+
     first = {x["key"]: x for x in data["distinct"]}
-    same = []
-    for x in data["seconds"]:
-        a = first[x["key"]]
-        same.append((loose(x, a), decision.text_agrees(said(x), said(a))))
+    same = [row(x, first[x["key"]]) for x in data["seconds"]]
     fams: dict[str, list] = {}
     for x in data["distinct"]:
         if x["spec"].family:
-            fams.setdefault(x["spec"].family.split(":")[0] + x["key"].split("-")[0], []).append(x)
+            fams.setdefault(x["spec"].family + x["key"].split("-")[0], []).append(x)
     diff = []
     for members in fams.values():
         for i, a in enumerate(members):
             for b in members[i + 1 :]:
-                diff.append((min(loose(a, b), loose(b, a)), decision.text_agrees(said(a), said(b))))
-    agree_same = sorted(sc for sc, t in same if t)
-    agree_diff = sorted(sc for sc, t in diff if t)
-    print(
-        f"re-photographed pairs: {len(same)}, text agrees on {len(agree_same)}; grey-only scores: {[round(v, 2) for v in agree_same]}"
-    )
-    print(
-        f"  text does not agree on {len(same) - len(agree_same)}: {[round(sc, 2) for sc, t in sorted(same) if not t]}"
-    )
-    print(
-        f"distinct pairs in a product line: {len(diff)}, text agrees on {len(agree_diff)}; grey-only scores: {[round(v, 2) for v in agree_diff]}"
-    )
+                diff.append({**row(a, b), "vary": a.get("vary")})
+    for name, rows in (("re-photographed pairs (one label)", same), ("distinct pairs in a product line", diff)):
+        agree = [x for x in rows if x["agrees"]]
+        print(f"{name}: {len(rows)}, read text agrees on {len(agree)}")
+        for x in sorted(agree, key=lambda x: x["score"]):
+            print(
+                f"    agrees: grey-only score {x['score']}, {x['extra']} fields besides the brand, text similarity {x['sim']}"
+            )
+        print(f"  text does not agree: scores {sorted(x['score'] for x in rows if not x['agrees'])}")
 
 
 def main() -> int:
@@ -220,6 +233,13 @@ def main() -> int:
     )
     ap.add_argument(
         "--fields-text-differs-limit", type=float, help="override decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE"
+    )
+    ap.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="MODE:TEXT_LIMIT:FIELDS_LIMIT",
+        help="one more row on the same readings with other limits (e.g. images:-1:4 = text path off, before issue 21 item 3)",
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
@@ -272,6 +292,15 @@ def main() -> int:
             for mode in args.modes.split(","):
                 rows.append(run_mode(mode, data, r=r, s=s, tmp=tmp))
                 print(f"  {mode}: done in {rows[-1]['wall_s']:.0f}s (load {rows[-1]['load']:.1f})", flush=True)
+            for extra in args.extra:
+                mode, tl, fl = extra.split(":")
+                saved = decision.TEXT_AGREE_MAX_SCORE, decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE
+                decision.TEXT_AGREE_MAX_SCORE, decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = float(tl), float(fl)
+                try:
+                    rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} (limits {tl} / {fl})"})
+                finally:
+                    decision.TEXT_AGREE_MAX_SCORE, decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = saved
+                print(f"  {extra}: done in {rows[-1]['wall_s']:.0f}s (load {rows[-1]['load']:.1f})", flush=True)
             if args.scores:
                 pair_scores(data, r)
         finally:
@@ -290,13 +319,15 @@ def main() -> int:
     for row in rows:
         bar_r, bar_f = BARS[row["mode"]]
         print(
-            f"| {row['mode']} | {row['recall']:.3f} ({row['n_seconds']}) | >= {bar_r} | "
+            f"| {row.get('label', row['mode'])} | {row['recall']:.3f} ({row['n_seconds']}) | >= {bar_r} | "
             f"{row['false']} = {row['false'] / max(1, row['n_distinct']):.2%} ({row['n_distinct']}) | <= {bar_f:.1%} | "
             f"{row['wrong']} | {row['warnings']} |"
         )
     for row in rows:
         if row["false_examples"]:
-            print(f"{row['mode']}: false merges (key, product line, into, score): {row['false_examples']}")
+            print(
+                f"{row.get('label', row['mode'])}: false merges (key, product line, into, score): {row['false_examples']}"
+            )
     return 0
 
 

@@ -51,7 +51,7 @@ MIN_CONTENT_STD = 4.0
 # distance (candidates by text, index.TEXT_KEY) and passes the image check on the grey-only score
 # (like FIELDS_AGREE_MAX_SCORE) under this limit, or the strict check as before. Chosen on
 # tools/photolabels' "tune" split only (bench/identity_eval.py --split tune).
-TEXT_AGREE_MAX_SCORE = 2.0
+TEXT_AGREE_MAX_SCORE = 4.0
 # When the uploader's fields agree but both images were read and their text does not agree, the
 # fields-agree limit drops to this (the same brand and product on another design).
 FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 2.0
