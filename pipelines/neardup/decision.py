@@ -13,6 +13,14 @@ a distinct label from search, a missed one only leaves a duplicate entry):
    colour planes) and compared block by block (`verifier.verify`), so a label printed from the same design with other text
    is told apart from a crop, a rotation or a phone photo of the same label.
 
+What the label says (OCR, when it was read) comes before both: a read brand, grade or printed
+number that differs makes two labels. Agreeing text is evidence the other way, like agreeing
+fields: images whose reading gives the same brand are candidates at any pHash distance (the index's
+read-the-same set, `text_digest`), and when the same fields were read off both, all equal, the
+brand and at least one more (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or
+the strict check). Agreeing uploader fields with readings on both sides that do not agree get the
+tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
+
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
 when that is smaller, and the three fields),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
@@ -46,8 +54,8 @@ READ_KEYS = ("brand_name", "grade", "seimai", "alcohol", "volume")
 # An image whose signature's luma barely varies (a blank or single-colour image) has no content to
 # tell labels apart by: it is never merged on the hash (only identical bytes are the same image).
 MIN_CONTENT_STD = 4.0
-# Two photographs of one label: when the text read off both agrees (text_agrees: the brand and at
-# least one more read field the same, none different), the candidate is judged at any pHash
+# Two photographs of one label: when the text read off both agrees (text_agrees: the same read
+# fields on both sides, all equal, the brand and at least one more), the candidate is judged at any pHash
 # distance (candidates by text, index.TEXT_KEY) and passes the image check on the grey-only score
 # (like FIELDS_AGREE_MAX_SCORE) under this limit, or the strict check as before. Chosen on
 # tools/photolabels' "tune" split only (bench/identity_eval.py --split tune).
@@ -67,12 +75,12 @@ def read_conflict(a: dict, b: dict) -> str | None:
 
 
 def text_agrees(a: dict, b: dict) -> bool:
-    """What two readings say agrees: the brand and at least one more read field given by both and
-    equal, and no read field differs."""
-    brand = _read_norm(a.get("brand_name"))
-    if not brand or brand != _read_norm(b.get("brand_name")) or read_conflict(a, b):
-        return False
-    return any(_read_norm(a.get(k)) and _read_norm(a.get(k)) == _read_norm(b.get(k)) for k in READ_KEYS[1:])
+    """What two readings say agrees: the same read fields on both sides (a field read off one only
+    is how a differing grade or number hides: two labels of one product line differ in exactly
+    that), all equal, the brand and at least one more among them."""
+    said_a = {k: _read_norm(a.get(k)) for k in READ_KEYS if _read_norm(a.get(k))}
+    said_b = {k: _read_norm(b.get(k)) for k in READ_KEYS if _read_norm(b.get(k))}
+    return said_a == said_b and "brand_name" in said_a and len(said_a) >= 2
 
 
 def text_digest(read: dict | None) -> str:

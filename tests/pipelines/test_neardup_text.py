@@ -83,7 +83,9 @@ def test_the_script_finds_a_text_candidate_the_callers_copy_has_not_seen(redis_c
 def test_text_agrees_needs_the_brand_and_one_more_field_and_nothing_differing():
     read = {"brand_name": "八海山", "grade": "純米吟醸", "seimai": "50%"}
     assert decision.text_agrees(read, dict(read))
-    assert decision.text_agrees(read, {"brand_name": "八海山", "seimai": "50 %"}), "normalised, one more field"
+    assert decision.text_agrees(read, {"brand_name": " 八海山", "grade": "純米吟醸", "seimai": "50 %"}), "normalised"
+    assert decision.text_agrees({"brand_name": "八海山", "seimai": "50%"}, {"brand_name": "八海山", "seimai": "50%"})
+    assert not decision.text_agrees(read, {"brand_name": "八海山", "seimai": "50%"}), "grade read off one side only"
     assert not decision.text_agrees(read, {"brand_name": "八海山"}), "the brand alone is not enough"
     assert not decision.text_agrees(read, {"grade": "純米吟醸", "seimai": "50%"}), "no brand read"
     assert not decision.text_agrees(read, {**read, "seimai": "60%"}), "a field differs"
