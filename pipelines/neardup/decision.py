@@ -62,7 +62,7 @@ MIN_CONTENT_STD = 4.0
 TEXT_AGREE_MAX_SCORE = 4.0
 # When the uploader's fields agree but both images were read and their text does not agree, the
 # fields-agree limit drops to this (the same brand and product on another design).
-FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 2.0
+FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 
 
 def read_conflict(a: dict, b: dict) -> str | None:
