@@ -86,7 +86,7 @@ def identify(data: bytes, *, r, s: Settings, k: int = 5, filters: dict | None = 
     said = _said(reading)
     _entry, _digest, verify = neardup.verifier_for(dec.image, {}, s.phash_threshold, read=said)
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
-    found = index.identify(ph, sha1, verify)
+    found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)
     query = _query_text(reading)
     res = search_service.search(query or None, filters, k=k, r=r, chroma=chroma) if query else {"hits": [], "debug": {}}
     hits = [dict(h) for h in res["hits"]]

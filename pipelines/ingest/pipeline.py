@@ -253,7 +253,14 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read)
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(
-            ph, sha1, owner=f"{job_id}:{i}", file_path=image_key, entry=entry, verify=verify, fields_digest=digest
+            ph,
+            sha1,
+            owner=f"{job_id}:{i}",
+            file_path=image_key,
+            entry=entry,
+            verify=verify,
+            fields_digest=digest,
+            text_digest=verify.text_digest,
         )
     except YanaError as exc:
         out["error"] = exc.body()

@@ -13,6 +13,14 @@ a distinct label from search, a missed one only leaves a duplicate entry):
    colour planes) and compared block by block (`verifier.verify`), so a label printed from the same design with other text
    is told apart from a crop, a rotation or a phone photo of the same label.
 
+What the label says (OCR, when it was read) comes before both: a read brand, grade or printed
+number that differs makes two labels. Agreeing text is evidence the other way, like agreeing
+fields: images whose reading gives the same brand are candidates at any pHash distance (the index's
+read-the-same set, `text_digest`), and when the same fields were read off both, all equal, the
+brand and at least one more (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or
+the strict check). Agreeing uploader fields with readings on both sides that do not agree get the
+tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
+
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
 when that is smaller, and the three fields),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
@@ -46,6 +54,16 @@ READ_KEYS = ("brand_name", "grade", "seimai", "alcohol", "volume")
 # An image whose signature's luma barely varies (a blank or single-colour image) has no content to
 # tell labels apart by: it is never merged on the hash (only identical bytes are the same image).
 MIN_CONTENT_STD = 4.0
+# Two photographs of one label: when the text read off both agrees (text_agrees: the same read
+# fields on both sides, all equal, the brand and at least one more), the candidate is judged at any pHash
+# distance (candidates by text, index.TEXT_KEY) and passes the image check on the grey-only score
+# (like FIELDS_AGREE_MAX_SCORE) under this limit, or the strict check as before. Chosen on
+# tools/photolabels' "tune" split only (bench/identity_eval.py --split tune).
+TEXT_AGREE_MAX_SCORE = 4.0
+# When the uploader's fields agree but both images were read and their text does not agree, the
+# fields-agree limit drops to this (the same brand and product on another design or edition; tune
+# split: 4 / 2 / 1 false merges of 180 at 4.0 / 2.0 / 1.0, full-fields recall 0.650 / 0.517 / 0.500).
+FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 
 
 def read_conflict(a: dict, b: dict) -> str | None:
@@ -55,6 +73,23 @@ def read_conflict(a: dict, b: dict) -> str | None:
         if x and y and x != y:
             return k
     return None
+
+
+def text_agrees(a: dict, b: dict) -> bool:
+    """What two readings say agrees: the same read fields on both sides (a field read off one only
+    is how a differing grade or number hides: two labels of one product line differ in exactly
+    that), all equal, the brand and at least one more among them."""
+    said_a = {k: _read_norm(a.get(k)) for k in READ_KEYS if _read_norm(a.get(k))}
+    said_b = {k: _read_norm(b.get(k)) for k in READ_KEYS if _read_norm(b.get(k))}
+    return said_a == said_b and "brand_name" in said_a and len(said_a) >= 2
+
+
+def text_digest(read: dict | None) -> str:
+    """Key of the read-the-same set (the normalised read brand), or '' when no brand was read."""
+    brand = _read_norm((read or {}).get("brand_name"))
+    if not brand:
+        return ""
+    return hashlib.sha1(("text\x1f" + brand).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
 def _read_norm(value) -> str:
@@ -140,15 +175,35 @@ class Verifier:
     read: dict = field(default_factory=dict)  # what OCR read off the query label (READ_KEYS)
     judged: list[dict] = field(default_factory=list)
 
+    @property
+    def text_digest(self) -> str:
+        """The read-the-same set this image's candidates by text come from (and it joins)."""
+        return text_digest(self.read) if has_content(self.view.luma) else ""
+
+    def _image_check(self, theirs: dict, stored: dict) -> tuple[bool, float, str, bool]:
+        """How a candidate's image is checked: (grey-only score, its limit, reason, text agrees and
+        the fields do not)."""
+        agree = self.use_fields and fields_agree(self.fields, theirs)
+        text = text_agrees(self.read, stored)
+        if agree:
+            # both read and their text does not agree: perhaps another design of one product
+            limit = FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE if self.read and stored and not text else FIELDS_AGREE_MAX_SCORE
+            return True, limit, "verifier (fields agree)", False
+        if text:
+            return True, TEXT_AGREE_MAX_SCORE, "verifier (text agrees)", True
+        return False, 1.0, "verifier", False
+
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
-        to_compare: list[tuple[int, bytes, bool]] = []  # (verdict row, signature, fields agree)
+        # (verdict row, signature, grey-only score, its limit, text agrees and fields do not)
+        to_compare: list[tuple[int, bytes, bool, float, bool]] = []
         blank = not has_content(self.view.luma)
         for label_id, distance, entry in candidates:
             sig, theirs = parse_entry(entry)
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
-            said = read_conflict(self.read, theirs.get("read") or {})
+            stored = theirs.get("read") or {}
+            said = read_conflict(self.read, stored)
             if blank:
                 verdict = {"same": False, "reason": "no content (blank or single colour)"}
             elif conflict:
@@ -158,18 +213,21 @@ class Verifier:
             elif sig is None:
                 verdict = {"same": distance <= self.legacy_threshold, "reason": "no signature: pHash distance"}
             else:
-                agree = self.use_fields and fields_agree(self.fields, theirs)
-                verdict = {"same": False, "reason": "verifier" + (" (fields agree)" if agree else "")}
-                to_compare.append((len(verdicts), sig, agree))
+                loose, limit, reason, text_only = self._image_check(theirs, stored)
+                verdict = {"same": False, "reason": reason}
+                to_compare.append((len(verdicts), sig, loose, limit, text_only))
             verdicts.append((label_id, distance, verdict))
-        scores = verifier.verify_many(
-            self.view,
-            [sig for _i, sig, _l in to_compare],
-            fields_agree=[agree for _i, _s, agree in to_compare],
+        scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
+        # agreeing text (fields not) never loses what the strict check alone would find
+        strict_rows = [j for j, c in enumerate(to_compare) if c[4]]
+        strict = dict(
+            zip(strict_rows, verifier.verify_many(self.view, [to_compare[j][1] for j in strict_rows]), strict=True)
         )
-        for (row, _sig, agree), score in zip(to_compare, scores, strict=True):
-            limit = FIELDS_AGREE_MAX_SCORE if agree else 1.0
-            verdicts[row][2].update(same=score <= limit, score=round(score, 4))
+        for j, ((row, _sig, _loose, limit, _text), score) in enumerate(zip(to_compare, scores, strict=True)):
+            same = score <= limit
+            if not same and j in strict and strict[j] <= 1.0:
+                same, score = True, strict[j]
+            verdicts[row][2].update(same=same, score=round(score, 4))
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
             self.judged.append({"label_id": label_id, "distance": distance, **verdict})

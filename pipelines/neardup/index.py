@@ -18,6 +18,8 @@ every match: recall is exactly that of a brute-force scan. Candidates are verifi
                     removed together with the log record
   yana:phash:fields:{digest}  set of keys indexed with the same (category, brand, product): they
                     are candidates at any pHash distance (a crop too far for the hash)
+  yana:phash:text:{digest}    set of keys whose label reads the same brand (OCR): candidates at any
+                    pHash distance too (two photographs of one label whose pHashes are far apart)
 
 Check-and-insert is two-stage and stays atomic: the process searches its copy (up to log offset N)
 for candidates within the loose `radius`, a verifier (Python, pipelines.neardup.decision) judges them, and
@@ -45,6 +47,8 @@ SHA1_KEY = "yana:phash:sha1"
 SIG_KEY = "yana:phash:sig"  # key (16 hex) -> the verifier's signature entry (pipelines.neardup.decision)
 # set of keys whose uploader sent the same category/brand/product (candidates at any distance)
 FIELDS_KEY = "yana:phash:fields:{digest}"
+# set of keys whose label was read (OCR) with the same brand (candidates at any distance)
+TEXT_KEY = "yana:phash:text:{digest}"
 # hash upload sha1 -> JSON {dedup_of, distance, verifier_score, phash, file_path, at}: every merge decided
 DUPS_KEY = "yana:phash:dups"
 REC = 33
@@ -58,11 +62,12 @@ for _i, _c in enumerate(b"0123456789abcdef"):
 for _i, _c in enumerate(b"ABCDEF"):
     _HEX[_c] = 10 + _i
 
-# KEYS: log, sha1 map, signature map, the set of labels with the same fields (or '').
+# KEYS: log, sha1 map, signature map, the set of labels with the same fields (or ''), the set of
+# labels that read the same (or '').
 # ARGV: phash(16 hex), sha1, key(16 hex), owner, offset, radius, cap, file_path, signature entry,
 # then the keys already judged (not candidates again).
 _CHECK_AND_INSERT = """
-local log, map, sigs, same = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local log, map, sigs, same, said = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ph, sha1, key, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local offset, radius, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local ex = redis.call('HGET', map, sha1)
@@ -92,7 +97,8 @@ if n > offset then
     local l = tonumber(string.sub(tail, pos + 9, pos + 16), 16)
     local d = popcount32(bit.bxor(qh, h)) + popcount32(bit.bxor(ql, l))
     local k = string.sub(tail, pos + 17, pos + 32)
-    if not judged[k] and (d <= radius or (same ~= '' and redis.call('SISMEMBER', same, k) == 1)) then
+    if not judged[k] and (d <= radius or (same ~= '' and redis.call('SISMEMBER', same, k) == 1)
+                          or (said ~= '' and redis.call('SISMEMBER', said, k) == 1)) then
       out[#out + 1] = k
       out[#out + 1] = tostring(d)
     end
@@ -103,6 +109,7 @@ redis.call('APPEND', log, '+' .. ph .. key)
 redis.call('HSET', map, sha1, 'label_' .. key .. '|' .. ph .. '|' .. owner .. '|' .. ARGV[8])
 if ARGV[9] ~= '' then redis.call('HSET', sigs, key, ARGV[9]) end
 if same ~= '' then redis.call('SADD', same, key) end
+if said ~= '' then redis.call('SADD', said, key) end
 return {'indexed', tostring(n + 1)}
 """
 
@@ -135,7 +142,7 @@ class _Synced:
 
     existing: str | None = None  # the sha1 map's entry of the image's bytes
     entries: dict[str, str | None] = field(default_factory=dict)  # signature entries read with it
-    same: set[str] = field(default_factory=set)  # labels indexed with the same fields
+    same: set[str] = field(default_factory=set)  # labels indexed with the same fields, or read the same
     reset: bool = False  # the log was reset: the local copy was rebuilt
     read: int = 0
     offset: int = 0  # log records applied after it (the candidates cover every record before)
@@ -411,10 +418,11 @@ class PHashIndex:
         """Apply log records appended since the last sync. Returns how many were read."""
         return self._sync().read
 
-    def _sync(self, sha1: str | None = None, prefetch: list[str] | None = None, same: str = "") -> _Synced:
+    def _sync(self, sha1: str | None = None, prefetch: list[str] | None = None, same: tuple[str, ...] = ()) -> _Synced:
         """`sync` in one round trip (the log's length and its tail together), which also reads the
         sha1 map's entry of `sha1`, the signature entries of the keys in `prefetch` and the members
-        of the set `same`, where given."""
+        of the sets in `same` (the same-fields and read-the-same sets), where given."""
+        same = tuple(k for k in same if k)
         with self._lock:
             start = self.offset * REC
             with self.r.pipeline(transaction=False) as p:
@@ -425,7 +433,7 @@ class PHashIndex:
                 if prefetch:
                     p.hmget(self.sig_key, prefetch)
                 if same:
-                    p.smembers(same)
+                    p.sunion(*same)
                 res = p.execute()
             length, raw, rest = int(res[0]), res[1], iter(res[2:])
             out = _Synced(
@@ -456,7 +464,7 @@ class PHashIndex:
             out.read, out.offset, out.added_codes, out.added_keys = n, self.offset, codes[adds], keys[adds]
             return out
 
-    def _candidates(self, code: int, sha1: str | None, same: str, verify: Verify | None) -> _Synced:
+    def _candidates(self, code: int, sha1: str | None, same: tuple[str, ...], verify: Verify | None) -> _Synced:
         """Sync, then the candidates within the radius (and, with `same`, every label indexed with
         the same fields), nearest first, in the sync's round trip where possible: the local copy is
         searched before the sync and the signatures of what it finds read with it; then only the
@@ -465,7 +473,7 @@ class PHashIndex:
         with self._lock:
             return self._candidates_locked(code, sha1, same, verify)
 
-    def _candidates_locked(self, code: int, sha1: str | None, same: str, verify: Verify | None) -> _Synced:
+    def _candidates_locked(self, code: int, sha1: str | None, same: tuple[str, ...], verify: Verify | None) -> _Synced:
         before = [(f"{k:016x}", d) for k, d in self.local.search(code, self.radius)] if verify is not None else []
         synced = self._sync(sha1, [k for k, _d in before], same)
         if synced.reset or verify is None:
@@ -511,6 +519,9 @@ class PHashIndex:
     def fields_set(self, fields_digest: str) -> str:
         return FIELDS_KEY.format(digest=fields_digest) if fields_digest else ""
 
+    def text_set(self, text_digest: str) -> str:
+        return TEXT_KEY.format(digest=text_digest) if text_digest else ""
+
     def check_and_insert(
         self,
         phash_hex: str,
@@ -521,14 +532,17 @@ class PHashIndex:
         entry: str = "",
         verify: Verify | None = None,
         fields_digest: str = "",
+        text_digest: str = "",
     ) -> Outcome:
         """Index an image unless an indexed one is the same label. `entry`: the signature entry
         stored for later verifiers; `verify`: the second stage (None: distance <= threshold);
-        `fields_digest`: labels indexed with the same digest are candidates at any distance."""
+        `fields_digest` / `text_digest`: labels indexed with the same uploader fields / read brand
+        are candidates at any distance."""
         phash_hex = phash_hex.lower()
         key = sha1[:16]
         code = int(phash_hex, 16)
         same = self.fields_set(fields_digest) if verify is not None else ""
+        said = self.text_set(text_digest) if verify is not None else ""
         judged: set[str] = set()
         entries: dict[str, str | None] = {}
         tail: list[tuple[str, int]] = []
@@ -538,7 +552,7 @@ class PHashIndex:
                 cands = tail
             else:
                 # the first sync also reads the exact-bytes entry (the script checks it again)
-                synced = self._candidates(code, sha1 if attempt == 0 else None, same, verify)
+                synced = self._candidates(code, sha1 if attempt == 0 else None, (same, said), verify)
                 if synced.existing:
                     return self._existing(synced.existing, owner, phash_hex)
                 entries.update(synced.entries)
@@ -549,7 +563,7 @@ class PHashIndex:
             if hit:
                 return Outcome("dedup", label_of_key(hit[0]), hit[1], score=hit[2], candidates=len(judged))
             res = self._check(
-                keys=[self.log_key, self.sha1_key, self.sig_key, same],
+                keys=[self.log_key, self.sha1_key, self.sig_key, same, said],
                 args=[phash_hex, sha1, key, owner, offset, self.radius, TAIL_CAP, file_path, entry, *judged],
             )
             status = res[0]
@@ -569,13 +583,15 @@ class PHashIndex:
             return Outcome("self", lid, 0, ph)
         return Outcome("dedup", lid, hamming(ph, phash_hex), ph)
 
-    def identify(self, phash_hex: str, sha1: str, verify: Verify | None) -> Outcome | None:
+    def identify(self, phash_hex: str, sha1: str, verify: Verify | None, text_digest: str = "") -> Outcome | None:
         """What check_and_insert would answer for an image, without indexing it: the label with
-        the same bytes (distance 0, no score) or the one the second stage takes it for; else None."""
+        the same bytes (distance 0, no score) or the one the second stage takes it for (candidates
+        by hash, and by `text_digest` like check_and_insert's); else None."""
         same = self.lookup_sha1(sha1)
         if same:
             return Outcome("dedup", same["id"], hamming(same["phash"], phash_hex), same["phash"])
-        synced = self._candidates(int(phash_hex, 16), None, "", verify)
+        said = self.text_set(text_digest) if verify is not None else ""
+        synced = self._candidates(int(phash_hex, 16), None, (said,), verify)
         entries = dict(synced.entries)
         hit = self._judge(synced.candidates, verify, entries)
         if hit is None:

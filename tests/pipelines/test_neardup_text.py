@@ -1,0 +1,138 @@
+"""Candidates by text (issue 21 item 3): labels whose reading gives the same brand are candidates of
+check-and-insert at any pHash distance (the read-the-same set, written by the same Lua insert), and
+the decision lets agreeing text (the brand and one more read field, none differing) make two
+photographs one label on a looser image check; agreeing uploader fields with read text that does
+not agree get a tighter one. Real Redis."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import uuid
+
+import pytest
+from PIL import Image
+
+from pipelines.neardup import decision
+from pipelines.neardup.index import TEXT_KEY, PHashIndex, _Synced
+
+
+def _sha(x) -> str:
+    return hashlib.sha1(str(x).encode()).hexdigest()
+
+
+@pytest.fixture()
+def keys():
+    tag = uuid.uuid4().hex[:8]
+    return {
+        "log_key": f"test:phash:{tag}:log",
+        "sha1_key": f"test:phash:{tag}:sha1",
+        "sig_key": f"test:phash:{tag}:sig",
+    }
+
+
+class _Recorder:
+    def __init__(self, same: set[str]):
+        self.same, self.calls = same, []
+
+    def __call__(self, candidates):
+        self.calls.append(candidates)
+        for label_id, distance, _entry in candidates:
+            if label_id in self.same:
+                return type("M", (), {"label_id": label_id, "distance": distance, "score": 0.5})()
+        return None
+
+
+def test_labels_that_read_the_same_are_candidates_at_any_distance(redis_client, keys):
+    digest = uuid.uuid4().hex[:20]
+    idx = PHashIndex(redis_client, 4, radius=12, **keys)
+    a = idx.check_and_insert(
+        "0000000000000000", _sha("a"), "x:0", entry="sig-a", verify=_Recorder(set()), text_digest=digest
+    )
+    assert a.status == "indexed"
+    assert redis_client.sismember(TEXT_KEY.format(digest=digest), _sha("a")[:16]), "joined by the insert"
+    rec = _Recorder(set())
+    other = idx.check_and_insert("ffffffffffffffff", _sha("b"), "x:1", verify=rec, text_digest=uuid.uuid4().hex[:20])
+    assert other.status == "indexed" and not any(rec.calls), "another reading, distance 64: no candidate"
+    rec = _Recorder({a.label_id})
+    same = idx.check_and_insert("fffffffffffffff0", _sha("c"), "x:2", verify=rec, text_digest=digest)
+    assert (same.status, same.label_id, same.distance) == ("dedup", a.label_id, 60)
+    assert (a.label_id, 60, "sig-a") in rec.calls[0], "by text, at distance 60"
+    assert (
+        idx.identify("fffffffffffffff0", _sha("d"), _Recorder({a.label_id}), text_digest=digest).label_id == a.label_id
+    )
+    assert idx.identify("fffffffffffffff0", _sha("d"), _Recorder({a.label_id})) is None, "without the text: too far"
+
+
+def test_the_script_finds_a_text_candidate_the_callers_copy_has_not_seen(redis_client, keys):
+    """Atomic across workers: b is behind the log; the Lua step finds a (far by hash, the same by
+    text) in the tail and hands it to b's verifier instead of inserting."""
+    digest = uuid.uuid4().hex[:20]
+    a = PHashIndex(redis_client, 4, radius=12, **keys)
+    b = PHashIndex(redis_client, 4, radius=12, **keys)
+    b.sync()
+    first = a.check_and_insert(
+        "00000000000000ff", _sha("a"), "x:0", entry="sig-a", verify=_Recorder(set()), text_digest=digest
+    )
+    b._sync = lambda *_args, **_kw: _Synced()  # b reads nothing more of the log
+    rec = _Recorder({first.label_id})
+    out = b.check_and_insert("ffffffffffffff00", _sha("b"), "x:1", entry="sig-b", verify=rec, text_digest=digest)
+    assert (out.status, out.label_id, out.distance) == ("dedup", first.label_id, 64)
+
+
+def test_text_agrees_needs_the_brand_and_one_more_field_and_nothing_differing():
+    read = {"brand_name": "八海山", "grade": "純米吟醸", "seimai": "50%"}
+    assert decision.text_agrees(read, dict(read))
+    assert decision.text_agrees(read, {"brand_name": " 八海山", "grade": "純米吟醸", "seimai": "50 %"}), "normalised"
+    assert decision.text_agrees({"brand_name": "八海山", "seimai": "50%"}, {"brand_name": "八海山", "seimai": "50%"})
+    assert not decision.text_agrees(read, {"brand_name": "八海山", "seimai": "50%"}), "grade read off one side only"
+    assert not decision.text_agrees(read, {"brand_name": "八海山"}), "the brand alone is not enough"
+    assert not decision.text_agrees(read, {"grade": "純米吟醸", "seimai": "50%"}), "no brand read"
+    assert not decision.text_agrees(read, {**read, "seimai": "60%"}), "a field differs"
+    assert decision.text_digest(read) == decision.text_digest({"brand_name": " 八海山 "}) != ""
+    assert decision.text_digest({"grade": "純米"}) == ""
+
+
+def _photos(seed: int):
+    from tools.photolabels import make_spec, photograph, render
+
+    rng = random.Random(seed)
+    img = render(make_spec(rng, split="tune", side="front", kind="sake")).image
+    a, _ = photograph(img, random.Random(rng.getrandbits(64)), crop=0)
+    b, _ = photograph(img, random.Random(rng.getrandbits(64)), crop=1.0)
+    return a, b
+
+
+def _judge(query: Image.Image, stored: Image.Image, read_q=None, read_s=None, fields=None):
+    entry, _digest, _v = decision.verifier_for(stored, fields, 10, read=read_s)
+    _e, _d, verify = decision.verifier_for(query, fields, 10, read=read_q)
+    return verify([("label_x", 30, entry)]), verify.judged[0]
+
+
+def test_agreeing_text_lets_two_photographs_of_one_label_be_one():
+    read = {"brand_name": "八海山", "grade": "純米吟醸", "alcohol": "15度"}
+    for seed in range(40):  # a pair the pixel-only check keeps apart and agreeing text joins
+        a, b = _photos(seed)
+        _m, pixels = _judge(b, a)
+        match, text = _judge(b, a, read, dict(read))
+        if pixels["same"] is False and text["same"]:
+            assert text["reason"] == "verifier (text agrees)" and match is not None
+            assert text["score"] <= decision.TEXT_AGREE_MAX_SCORE
+            # the brand alone read alike: no looser check
+            _m, brand_only = _judge(b, a, {"brand_name": "八海山"}, {"brand_name": "八海山"})
+            assert brand_only["reason"] == "verifier" and brand_only["same"] is False
+            return
+    pytest.fail("no pair in 40 where agreeing text changed the verdict")
+
+
+def test_agreeing_fields_with_read_text_that_does_not_agree_get_the_tighter_limit():
+    fields = {"category": "sake", "brand_name": "八海山", "product_name": "限定"}
+    a, b = _photos(3)
+    _m, unread = _judge(b, a, fields=fields)
+    _m, differs = _judge(
+        b, a, {"brand_name": "八海山", "grade": "純米"}, {"brand_name": "八海山", "alcohol": "15度"}, fields
+    )
+    assert unread["reason"] == differs["reason"] == "verifier (fields agree)"
+    assert unread["score"] == differs["score"]
+    assert unread["same"] == (unread["score"] <= decision.FIELDS_AGREE_MAX_SCORE)
+    assert differs["same"] == (differs["score"] <= decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE)
