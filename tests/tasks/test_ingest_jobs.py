@@ -51,6 +51,10 @@ def jstack(tmp_path_factory):
         PHASH_THRESHOLD=str(THRESHOLD),
         PHASH_CANDIDATE_RADIUS=str(THRESHOLD),
         INGEST_BATCH_SIZE="8",
+        # These tests are about the job runtime (kill -9, two workers racing one pHash index, a
+        # re-embed) and judge identity on pixels, as their oracle does; what a read label adds to
+        # identity is tested in tests/pipelines/test_neardup_read.py and test_neardup_text.py.
+        OCR_MODE="off",
     )
     yield s
     s.stop()
