@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.contract import contract
 from api.schemas import ERRORS, Envelope
-from pipelines.ingest.pipeline import RETRY_KEY, failed_items_to_retry, outcomes_so_far
+from pipelines.ingest.pipeline import failed_items_to_retry, outcomes_so_far, retry_binding, retry_job_of
 from pipelines.runtime import jobs as jobstore
 from tasks import registry
 from yana import context
@@ -229,8 +229,7 @@ def _retry_failed(job_id: str) -> dict:
     if job["status"] not in jobstore.TERMINAL:
         raise YanaError.of(ErrorCode.CONFLICT, f"job {job_id} is still {job['status']}")
     r = get_redis()
-    once_key = RETRY_KEY.format(job_id=job_id)
-    bound = r.hget(once_key, "ingest")
+    bound = retry_job_of(r, job_id)
     if bound:
         again = get_or_404(bound)
         return {
@@ -254,7 +253,7 @@ def _retry_failed(job_id: str) -> dict:
         callback_url=job.get("callback_url"),
         job_id=new_id,
         parent_id=job_id,
-        once=(once_key, "ingest"),
+        once=retry_binding(job_id),
     )
     return {
         "job_id": created["id"],

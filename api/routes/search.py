@@ -217,6 +217,8 @@ def _photo_search(source: dict, k: int, filters: dict | None) -> dict:
                             "file": {"type": "string", "format": "binary"},
                             "k": {"type": "integer", "minimum": 1, "maximum": K_MAX},
                             "category": {"type": "string"},
+                            "region": {"type": "string"},
+                            "brewery": {"type": "string"},
                         },
                         "required": ["file"],
                     }
@@ -229,20 +231,20 @@ async def search_photo(request: Request) -> dict:
     s = get_settings()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=10)
+        form = await request.form(max_files=1, max_fields=10)  # file, k and the three filters
         try:
             f = form.get("file") or form.get("image")
             if not isinstance(f, UploadFile):
                 raise bad_request("file: the photo is required")
             if f.size is not None and f.size > s.max_image_bytes:
                 raise YanaError.of(ErrorCode.IMAGE_TOO_LARGE, f"{f.size} bytes; the limit is {s.max_image_bytes}")
+            given = {f: str(form[f]) for f in ("category", "region", "brewery") if form.get(f)}
             try:
                 req: PhotoSearchOptions = PhotoSearchOptions(
-                    k=int(str(form.get("k") or 5)),
-                    filters=SearchFilters(category=str(form["category"])) if form.get("category") else None,
+                    k=int(str(form.get("k") or 5)), filters=SearchFilters(**given) if given else None
                 )
             except (ValidationError, ValueError):
-                raise bad_request("k: an integer from 1 to K_MAX; category: a string") from None
+                raise bad_request(f"k: an integer from 1 to {K_MAX}; category, region, brewery: strings") from None
             source = {"kind": "bytes", "data": await f.read()}
         finally:
             await form.close()

@@ -1,6 +1,7 @@
 """The Redis layout of ingest: the only module that spells its keys.
 
 yana:ingest:{job_id}:items   hash: item index -> the item's outcome JSON (TTL JOB_RETENTION_S)
+yana:ingest:{job_id}:retry   hash: "ingest" -> the job re-running that job's failed items
 yana:read:{sha1}             string: an image's reading and extracted fields (TTL 30 days)
 yana:read:lock:{sha1}        string: held by the process reading those bytes (TTL the read timeout)
 yana:label:corrections       hash: label id -> JSON {field: {value, source, confidence, at}}
@@ -9,6 +10,7 @@ yana:label:images            hash: label id -> blob key of its image (pipelines.
 """
 
 OUTCOMES_KEY = "yana:ingest:{job_id}:items"
+RETRY_KEY = "yana:ingest:{job_id}:retry"
 READING_KEY = "yana:read:{sha1}"
 READING_LOCK_KEY = "yana:read:lock:{sha1}"
 CORRECTIONS_KEY = "yana:label:corrections"

@@ -28,7 +28,7 @@ import orjson
 from pipelines.embedding.cache import embed_cached
 from pipelines.ingest import corrections, image_io, readings, sources
 from pipelines.ingest.accept import remove_staged, staging_prefix
-from pipelines.ingest.keys import OUTCOMES_KEY
+from pipelines.ingest.keys import OUTCOMES_KEY, RETRY_KEY
 from pipelines.labels import schema as labels
 from pipelines.labels.model import merge_field_values
 from pipelines.neardup import decision as neardup
@@ -461,7 +461,16 @@ def outcomes_so_far(r, job_id: str) -> list[dict]:
     return [orjson.loads(v) for _i, v in images] + [orjson.loads(v) for _i, v in docs]
 
 
-RETRY_KEY = "yana:ingest:{job_id}:retry"  # hash "ingest" -> the job re-running its failed items
+def retry_binding(job_id: str) -> tuple[str, str]:
+    """(hash key, field) binding an ingest job to the one job re-running its failed items; the job
+    runtime sets it once, atomically with creating that job (registry.enqueue(once=...))."""
+    return RETRY_KEY.format(job_id=job_id), "ingest"
+
+
+def retry_job_of(r, job_id: str) -> str | None:
+    """The job already re-running this job's failed items, if any."""
+    key, field = retry_binding(job_id)
+    return r.hget(key, field)
 
 
 def failed_items_to_retry(r, job: dict, new_job_id: str, blobs: BlobStore) -> tuple[list[dict], list[dict]]:

@@ -289,18 +289,20 @@ async function labelsPage() {
   photo.addEventListener("change", async () => {
     if (!photo.files[0]) return;
     const fd = new FormData();
-    fd.append("image", photo.files[0]);
+    fd.append("file", photo.files[0]);
     for (const [k, v] of Object.entries(filters())) fd.append(k, v);
-    fd.append("page_size", "24");
+    fd.append("k", "20");
     const mine = ++asked;
     try {
-      const data = await api("/v1/search", { method: "POST", form: fd });
+      const data = await api("/v1/search/photo", { method: "POST", form: fd });
       if (mine !== asked) return;
       more.hidden = true;
       render(data.hits, false);
+      const first = data.match && grid.querySelector(`[data-label="${CSS.escape(data.match.id)}"]`);
+      if (first) first.setAttribute("data-match", data.match.kind);
+      say(data.match ? t("labels.photoMatch", { id: data.match.id }) : t("labels.photoNotFound"), !data.match);
     } catch (e) {
-      if (e instanceof ApiError && [400, 415, 422].includes(e.status)) say(t("labels.photoUnavailable"), true);
-      else fail(e);
+      fail(e);
     }
   });
   view.append(h("h1", {}, t("labels.title")), form, grid, more);
