@@ -424,7 +424,9 @@ def test_cli_bulk_ingest_and_dedup_report(istack, tmp_path):
         w.writeheader()
         w.writerows(rows)
     args = ["ingest", str(folder), "--category", "sake", "--meta", str(tmp_path / "labels.csv")]
-    args += ["--api", istack.api_url, "--batch", "3"]
+    # One batch in flight at a time: the twin's batch comes after 20.jpg's, so it is the one merged
+    # (with batches side by side, either may be indexed first and the other merged into it).
+    args += ["--api", istack.api_url, "--batch", "3", "--parallel", "1"]
     run = _yana(istack, *args)
     assert run.returncode == 1, run.stdout + run.stderr  # one file failed
     assert run.stderr.splitlines()[0] == f"yana API {istack.api_url}  (from --api)"
