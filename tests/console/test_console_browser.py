@@ -343,3 +343,30 @@ def test_login_and_logout_with_auth_on(browser, auth_api):
     pg.goto("/console/#/jobs")
     pg.get_by_label("アクセストークン").wait_for()
     ctx.close()
+
+
+def test_the_console_waits_out_429_as_retry_after_says(browser, stack):
+    """The console's requests honour Retry-After like every client of ours: against an API whose
+    limit a few back-to-back requests exceed, every one of them still answers."""
+    tight = stack.start_api(name="api-console-tight", RATE_LIMIT="2/second", RATE_BURST="2")
+    ctx = browser.new_context(base_url=tight.url)
+    try:
+        pg = ctx.new_page()
+        pg.goto("/console/#/health")
+        statuses = pg.evaluate(
+            """async () => {
+                const { api } = await import("/console/static/api.js");
+                const out = [];
+                const raw = [];
+                for (let i = 0; i < 6; i++) raw.push((await fetch("/v1/jobs?limit=1")).status);
+                for (let i = 0; i < 6; i++) {
+                    const r = await api("/v1/jobs?limit=1");
+                    out.push(Array.isArray(r.jobs));
+                }
+                return { out, raw };
+            }"""
+        )
+        assert 429 in statuses["raw"], "the limit was not hit: the test would pass without the wait"
+        assert statuses["out"] == [True] * 6
+    finally:
+        ctx.close()

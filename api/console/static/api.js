@@ -13,6 +13,11 @@ export class ApiError extends Error {
   }
 }
 
+// A 429 is waited out as its Retry-After says (every client of ours does), a few times, up to
+// RATE_WAIT_MAX_S in all; then it is shown like any other error.
+const RATE_TRIES = 4;
+const RATE_WAIT_MAX_S = 30;
+
 export async function api(path, { method = "GET", json, form, token } = {}) {
   const headers = {};
   const tok = token === undefined ? getToken() : token;
@@ -24,14 +29,23 @@ export async function api(path, { method = "GET", json, form, token } = {}) {
   } else if (form) {
     body = form;
   }
-  const res = await fetch(path, { method, headers, body });
-  const ctype = res.headers.get("content-type") || "";
-  const data = ctype.includes("json") ? await res.json() : await res.text();
-  if (!res.ok) {
+  let waited = 0;
+  for (let attempt = 1; ; attempt++) {
+    const res = await fetch(path, { method, headers, body });
+    const ctype = res.headers.get("content-type") || "";
+    const data = ctype.includes("json") ? await res.json() : await res.text();
+    if (res.ok) return data;
+    if (res.status === 429 && attempt < RATE_TRIES) {
+      const after = Math.min(Math.max(Number(res.headers.get("retry-after")) || 1, 0.1), 10);
+      if (waited + after <= RATE_WAIT_MAX_S) {
+        waited += after;
+        await new Promise((resolve) => setTimeout(resolve, after * 1000));
+        continue;
+      }
+    }
     if (res.status === 401 && token === undefined) window.dispatchEvent(new CustomEvent("yana:unauthorized"));
     throw new ApiError(res.status, data);
   }
-  return data;
 }
 
 // <img> cannot send a bearer token: fetch the image with it and show it as a blob: URL.
