@@ -16,9 +16,11 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.datastructures import UploadFile
 
+from api.contract.errors import validation_error
 from api.contract.policy import AGENT_RATE, contract
 from api.schemas import ERRORS, Envelope, inline_schema
 from pipelines.ingest import identify
@@ -251,10 +253,8 @@ async def search_photo(request: Request) -> dict:
     elif ctype in ("application/json", "") or ctype.endswith("+json"):
         try:
             body = PhotoSearchRequest.model_validate_json(await request.body() or b"{}")
-        except ValidationError as exc:
-            e = exc.errors()[0]
-            loc = ".".join(str(x) for x in e.get("loc", ()))
-            raise bad_request(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg"))) from None
+        except ValidationError as exc:  # the message every JSON route gives for its body
+            raise validation_error(RequestValidationError(exc.errors())) from None
         source, req = _photo_source(body), body
     else:
         raise YanaError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "send multipart/form-data or application/json")

@@ -18,14 +18,6 @@ def corrections(r, label_id: str) -> dict[str, dict]:
     return orjson.loads(raw) if raw else {}
 
 
-def corrections_for(r, label_ids: list[str]) -> dict[str, dict[str, dict]]:
-    """{label id: corrections} of those that have any (one round trip)."""
-    if not label_ids:
-        return {}
-    got = r.hmget(CORRECTIONS_KEY, label_ids)
-    return {i: orjson.loads(v) for i, v in zip(label_ids, got, strict=True) if v}
-
-
 def apply_corrections(record: dict, values: dict[str, dict], fixed: dict[str, dict]) -> dict[str, dict]:
     """Put corrections into a label record (in place) and its field values; returns the values.
 

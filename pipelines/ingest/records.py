@@ -63,7 +63,7 @@ def check_changes(changes: Any) -> dict[str, Any]:
 
 def _chunks(chroma, r, label_id: str) -> tuple[list[str], list[str], list[dict]]:
     """(ids, documents, metadatas) of the label's chunks in the active collection, in order."""
-    if not labels_id_ok(label_id) or not vector_index.active_name(r):
+    if not labels.LABEL_ID.match(label_id) or not vector_index.active_name(r):
         return [], [], []
     col, _model = vector_index.active_collection(chroma, r)
     got = col.get(where={"doc_id": label_id}, include=["documents", "metadatas"])
@@ -72,10 +72,6 @@ def _chunks(chroma, r, label_id: str) -> tuple[list[str], list[str], list[dict]]
         key=lambda t: int((t[2] or {}).get("chunk_index") or 0),
     )
     return [t[0] for t in rows], [t[1] or "" for t in rows], [dict(t[2] or {}) for t in rows]
-
-
-def labels_id_ok(label_id: str) -> bool:
-    return bool(re.fullmatch(r"label_[0-9a-f]{16}", label_id))
 
 
 def _values_of(meta: dict) -> dict[str, dict]:
@@ -119,13 +115,9 @@ def _view(r, label_id: str, meta: dict, fixed: dict[str, dict]) -> dict:
         k: {"value": v.get("value"), "source": v.get("source") or "", "confidence": v.get("confidence")}
         for k, v in values.items()
     }
-    features_source = fixed.get("label_features", {}).get("source") if fixed.get("label_features") else None
     if rec["label_features"]:
-        fields["label_features"] = {
-            "value": rec["label_features"],
-            "source": features_source or "uploader",
-            "confidence": 1.0,
-        }
+        source = "corrected" if "label_features" in fixed else "uploader"
+        fields["label_features"] = {"value": rec["label_features"], "source": source, "confidence": 1.0}
     sha1 = str(meta.get("hash_sha1") or "")
     reading = readings.cached(r, sha1) if sha1 else None
     ocr_text = str(meta.get("ocr_text") or "")

@@ -21,6 +21,7 @@ Anything else a client sends as text-document metadata is kept if it is a scalar
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,9 @@ SCHEMA_KEYS = (
     "ingested_at",
     "ingested_at_ts",
 )
+
+
+LABEL_ID = re.compile(r"^label_[0-9a-f]{16}$")  # what label_id() makes
 
 
 def label_id(sha1_hex: str) -> str:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from pipelines.labels import schema as labels
 from pipelines.search import collections as vector_index
 from pipelines.search import lexical
 
-LABEL_ID = re.compile(r"^label_[0-9a-f]{16}$")
-
 
 def image_key(r, label_id: str) -> str | None:
     """The blob key of the label's image, or None (no such label, or a text document)."""
-    if not LABEL_ID.match(label_id):
+    if not labels.LABEL_ID.match(label_id):
         return None
     key = r.hget(labels.LABEL_IMAGES_KEY, label_id)
     if key:
