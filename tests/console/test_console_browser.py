@@ -345,28 +345,37 @@ def test_login_and_logout_with_auth_on(browser, auth_api):
     ctx.close()
 
 
-def test_the_console_waits_out_429_as_retry_after_says(browser, stack):
-    """The console's requests honour Retry-After like every client of ours: against an API whose
-    limit a few back-to-back requests exceed, every one of them still answers."""
+def test_the_console_waits_out_429_as_retry_after_says(browser, stack, ingested):
+    """The console's requests honour Retry-After like every client of ours, images included:
+    against an API whose limit a few back-to-back requests exceed, every one of them still answers."""
+    image = f"/v1/labels/{ingested['by_name']['label1.jpg']['id']}/image"
     tight = stack.start_api(name="api-console-tight", RATE_LIMIT="2/second", RATE_BURST="2")
     ctx = browser.new_context(base_url=tight.url)
     try:
         pg = ctx.new_page()
         pg.goto("/console/#/health")
         statuses = pg.evaluate(
-            """async () => {
-                const { api } = await import("/console/static/api.js");
+            """async (image) => {
+                const { api, imageURL } = await import("/console/static/api.js");
                 const out = [];
                 const raw = [];
+                const pics = [];
                 for (let i = 0; i < 6; i++) raw.push((await fetch("/v1/jobs?limit=1")).status);
                 for (let i = 0; i < 6; i++) {
                     const r = await api("/v1/jobs?limit=1");
                     out.push(Array.isArray(r.jobs));
                 }
-                return { out, raw };
-            }"""
+                for (let i = 0; i < 6; i++) {
+                    // back to back, each its own URL (the browser's HTTP cache would answer a repeat)
+                    pics.push(imageURL(`${image}?try=${i}`).then((u) => u.startsWith("blob:"), (e) => String(e)));
+                }
+                pics.splice(0, 6, ...(await Promise.all(pics)));
+                return { out, raw, pics };
+            }""",
+            image,
         )
         assert 429 in statuses["raw"], "the limit was not hit: the test would pass without the wait"
         assert statuses["out"] == [True] * 6
+        assert statuses["pics"] == [True] * 6
     finally:
         ctx.close()

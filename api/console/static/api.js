@@ -13,15 +13,28 @@ export class ApiError extends Error {
   }
 }
 
-// A 429 is waited out as its Retry-After says (every client of ours does), a few times, up to
-// RATE_WAIT_MAX_S in all; then it is shown like any other error.
-const RATE_TRIES = 4;
+// A 429 is waited out as its Retry-After says (every client of ours does), up to RATE_WAIT_MAX_S
+// in all; then it is shown like any other error. A little jitter keeps a page's many requests
+// (a grid of thumbnails) from all coming back in the same instant.
 const RATE_WAIT_MAX_S = 30;
 
+// Sends one request, waiting out 429s; answers the last response (ok or not).
+async function send(path, init) {
+  let waited = 0;
+  for (;;) {
+    const res = await fetch(path, init);
+    if (res.status !== 429) return res;
+    const after = Math.min(Math.max(Number(res.headers.get("retry-after")) || 1, 0.1), 10) * (1 + 0.5 * Math.random());
+    if (waited + after > RATE_WAIT_MAX_S) return res;
+    waited += after;
+    await new Promise((resolve) => setTimeout(resolve, after * 1000));
+  }
+}
+
+const bearer = (tok) => (tok ? { Authorization: `Bearer ${tok}` } : {});
+
 export async function api(path, { method = "GET", json, form, token } = {}) {
-  const headers = {};
-  const tok = token === undefined ? getToken() : token;
-  if (tok) headers.Authorization = `Bearer ${tok}`;
+  const headers = bearer(token === undefined ? getToken() : token);
   let body;
   if (json !== undefined) {
     headers["Content-Type"] = "application/json";
@@ -29,23 +42,12 @@ export async function api(path, { method = "GET", json, form, token } = {}) {
   } else if (form) {
     body = form;
   }
-  let waited = 0;
-  for (let attempt = 1; ; attempt++) {
-    const res = await fetch(path, { method, headers, body });
-    const ctype = res.headers.get("content-type") || "";
-    const data = ctype.includes("json") ? await res.json() : await res.text();
-    if (res.ok) return data;
-    if (res.status === 429 && attempt < RATE_TRIES) {
-      const after = Math.min(Math.max(Number(res.headers.get("retry-after")) || 1, 0.1), 10);
-      if (waited + after <= RATE_WAIT_MAX_S) {
-        waited += after;
-        await new Promise((resolve) => setTimeout(resolve, after * 1000));
-        continue;
-      }
-    }
-    if (res.status === 401 && token === undefined) window.dispatchEvent(new CustomEvent("yana:unauthorized"));
-    throw new ApiError(res.status, data);
-  }
+  const res = await send(path, { method, headers, body });
+  const ctype = res.headers.get("content-type") || "";
+  const data = ctype.includes("json") ? await res.json() : await res.text();
+  if (res.ok) return data;
+  if (res.status === 401 && token === undefined) window.dispatchEvent(new CustomEvent("yana:unauthorized"));
+  throw new ApiError(res.status, data);
 }
 
 // <img> cannot send a bearer token: fetch the image with it and show it as a blob: URL.
@@ -55,10 +57,7 @@ export async function imageURL(path) {
   if (path.startsWith("data:")) return path;
   if (!images.has(path)) {
     images.set(path, (async () => {
-      const headers = {};
-      const tok = getToken();
-      if (tok) headers.Authorization = `Bearer ${tok}`;
-      const res = await fetch(path, { headers });
+      const res = await send(path, { headers: bearer(getToken()) });
       if (!res.ok) throw new ApiError(res.status, null);
       return URL.createObjectURL(await res.blob());
     })().catch((e) => { images.delete(path); throw e; }));

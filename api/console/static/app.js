@@ -48,8 +48,8 @@ function when(ts) {
   return ts ? new Date(typeof ts === "number" ? ts * 1000 : ts).toLocaleString(getLang() === "en" ? "en-GB" : "ja-JP") : "";
 }
 
-function img(path, alt, cls = "thumb") {
-  const el = h("img", { class: cls, alt: alt || "", loading: "lazy" });
+function img(path, alt, cls = "thumb", loading = "lazy") {
+  const el = h("img", { class: cls, alt: alt || "", loading });
   if (path) imageURL(path).then((u) => { el.src = u; }).catch(() => { el.alt = `${alt || ""} (${t("none")})`; });
   return el;
 }
@@ -345,7 +345,7 @@ async function labelPage(id) {
   } catch (e) {
     if (!(e instanceof ApiError) || ![404, 405].includes(e.status)) throw e;
   }
-  const image = img(rec?.image_url || `/v1/labels/${encodeURIComponent(id)}/image`, id, "");
+  const image = img(rec?.image_url || `/v1/labels/${encodeURIComponent(id)}/image`, id, "", "eager");
   const figure = h("div", { class: "figure", id: "label-figure" }, image);
   const lines = rec?.read?.lines || [];
   if (lines.length) boxesOver(figure, image, lines);
