@@ -1,9 +1,10 @@
-"""Per-process bootstrap: JSON logs, one compute thread per worker child, the model preloaded.
+"""Per-process bootstrap: JSON logs, one compute thread per worker child, the models preloaded,
+a task's freed memory given back to the system after it.
 
 Imported with the Celery app, so the API (which only sends tasks) pays for nothing here.
 
-The embedding model and the compiled near-duplicate kernels are loaded in the worker *main*
-process, before it forks its pool (``worker_init``): every pool process then shares those pages
+The embedding model, the compiled near-duplicate kernels and the label reader are loaded in the
+worker *main* process, before it forks its pool (``worker_init``): every pool process shares those pages
 copy-on-write instead of holding (and, on a fresh install, compiling) its own copy, and a pool
 process replaced after WORKER_MAX_TASKS_PER_CHILD starts ready at once. The worker announces
 itself (its liveness key, tasks/maintenance.py) only after ``worker_ready``, which Celery sends
@@ -13,6 +14,8 @@ imported here: the default int8 encoder runs on onnxruntime (torch only builds i
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import subprocess  # nosec B404
@@ -113,6 +116,7 @@ def _preload_model() -> None:
         logging.getLogger("yana.worker").info(
             "embedding model ready", extra={"seconds": round(time.monotonic() - started, 2)}
         )
+    _preload_reader()
     started = time.monotonic()
     try:
         warm_up()
@@ -124,7 +128,46 @@ def _preload_model() -> None:
         )
 
 
+def _preload_reader() -> None:
+    """The label reader (PP-OCR's sessions and their libraries) before the fork too, when labels
+    are read: one copy of its weights and imports for the whole pool."""
+    from yana.settings import get_settings
+
+    s = get_settings()
+    if s.ocr_mode == "off":
+        return
+    from pipelines.read.ocr import get_reader
+
+    started = time.monotonic()
+    try:
+        get_reader(s.ocr_engine)
+    except Exception:  # noqa: BLE001 - the first read loads it again and reports a clear warning
+        logging.getLogger("yana.worker").warning("label reader preload failed", exc_info=True)
+    else:
+        logging.getLogger("yana.worker").info(
+            "label reader ready", extra={"seconds": round(time.monotonic() - started, 2)}
+        )
+
+
 @signals.worker_process_init.connect
 def _child_init(**_):
     pin_threads()
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
+
+
+def _libc_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
+
+
+@signals.task_postrun.connect
+def _give_memory_back(**_):
+    """A task's freed memory back to the system: glibc keeps freed heap (a label read's images and
+    activations) in the process otherwise, so an idle pool process would hold its busiest moment."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)

