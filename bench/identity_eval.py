@@ -11,7 +11,9 @@ numbers are reported on split "heldout", limits were chosen on split "tune"):
   the second cropped 2-8 % off one side or corner;
 - shared designs: per kind of difference (brand | grade | number: 精米歩合, アルコール分 or
   内容量), `--families` product lines of `--per-family` labels printed from one design where only
-  that differs (tools.photolabels.design_family), each photographed once.
+  that differs (tools.photolabels.design_family), each photographed once;
+- editions: `--families` sets of `--per-family` labels with the same text in other designs
+  (vary "design": what they say agrees, only the picture tells them apart).
 
 Protocol, as a user would ingest: one job with every distinct label (the first photographs and
 the product lines, interleaved), then one job with the second photographs. Through
@@ -44,6 +46,9 @@ from PIL import Image  # noqa: E402
 
 BARS = {"images": (0.95, 0.002), "brand": (0.97, 0.0), "full": (0.99, 0.0)}
 MODES = ("images", "brand", "full")
+# Product lines: one design printed with another brand, grade or number; and one text printed in
+# other designs (editions: the read text agrees, only the picture tells them apart).
+VARY = ("brand", "grade", "number", "design")
 
 
 def _jpeg(img: Image.Image) -> bytes:
@@ -65,7 +70,7 @@ def build(split: str, seed: int, n_labels: int, families: int, per_family: int) 
         b, pb = photograph(img, random.Random(rng.getrandbits(64)), crop=1.0)
         firsts.append({"key": spec.key, "spec": spec, "data": _jpeg(a)})
         seconds.append({"key": spec.key, "spec": spec, "data": _jpeg(b), "crop": pb["crop"]})
-    for vary in ("brand", "grade", "number"):
+    for vary in VARY:
         for f in range(families):  # prefix: one product line per (vary, f)
             for spec in design_family(rng, per_family, split=split, vary=vary, prefix=f"{vary}{f}"):
                 img, _p = photograph(render(spec).image, random.Random(rng.getrandbits(64)))
@@ -216,6 +221,7 @@ def pair_scores(data: dict, r) -> None:
         for x in sorted(agree, key=lambda x: x["score"]):
             print(
                 f"    agrees: grey-only score {x['score']}, {x['extra']} fields besides the brand, text similarity {x['sim']}"
+                + (f", differs in {x['vary']}" if x.get("vary") else "")
             )
         print(f"  text does not agree: scores {sorted(x['score'] for x in rows if not x['agrees'])}")
 

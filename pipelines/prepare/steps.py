@@ -156,6 +156,9 @@ def _kernels_fingerprint(s: Settings) -> str | None:
 
     for name in _KERNEL_MODULES:
         spec = importlib.util.find_spec(name)
+        # numba's cache lives beside the source (without NUMBA_CACHE_DIR) and is keyed by its path:
+        # another checkout of the same code compiles again, so its path is part of the key too
+        parts.append(spec.origin if spec and spec.origin else name)
         try:
             parts.append(Path(spec.origin).read_bytes() if spec and spec.origin else name)
         except OSError:

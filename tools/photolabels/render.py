@@ -411,7 +411,8 @@ def design_family(
     prefix: str = "fam",
 ) -> list[LabelSpec]:
     """`n` labels of one product line: one design, where only `vary` differs
-    (brand | grade | number: the 精米歩合, アルコール分 or 内容量 printed)."""
+    (brand | grade | number: the 精米歩合, アルコール分 or 内容量 printed), or with vary="design"
+    the same text printed in `n` designs (a product's editions: the same words, other labels)."""
     base = make_spec(rng, split=split, side=side, kind="sake", key=f"{prefix}-0")
     fam = f"{prefix}:{vary}"
     out = [replace(base, family=fam)]
@@ -419,6 +420,12 @@ def design_family(
     tries = 0
     while len(out) < n and tries < 200 * n:
         tries += 1
+        if vary == "design":
+            s = replace(base, design=random_design(rng, split))
+            if s.design in {o.design for o in out}:
+                continue
+            out.append(replace(s, key=f"{prefix}-{len(out)}", family=fam))
+            continue
         if vary == "brand":
             s = replace(base, brand=_brand(rng, split))
         elif vary == "grade":

@@ -20,13 +20,19 @@ def test_splits_share_no_typeface_and_differ_per_seed():
 
 
 def test_design_family_varies_only_the_named_thing():
-    for vary, allowed in (("brand", {"brand"}), ("grade", {"grade"}), ("number", {"seimai", "alcohol", "volume"})):
+    for vary, allowed in (
+        ("brand", {"brand"}),
+        ("grade", {"grade"}),
+        ("number", {"seimai", "alcohol", "volume"}),
+        ("design", {"design"}),  # editions: the same text in other designs
+    ):
         fam = design_family(random.Random(4), 4, vary=vary)
         assert len(fam) == 4 and len({s.family for s in fam}) == 1
         base = fam[0]
         for other in fam[1:]:
             diff = {f.name for f in dc_fields(base) if getattr(base, f.name) != getattr(other, f.name)} - {"key"}
             assert diff and diff <= allowed, (vary, diff)
+        assert len({(s.brand, s.grade, s.seimai, s.alcohol, s.volume, s.design) for s in fam}) == 4
 
 
 def test_two_photographs_of_one_label_are_independent_and_bounded():
