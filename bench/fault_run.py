@@ -1,13 +1,17 @@
 """Fault run: one bulk ingest through `yana up` while faults come in turn, then an account of
 every accepted job and every label against ground truth.
 
-    .venv/bin/python bench/fault_run.py [--labels 500] [--batch 10] [--chroma-pause 20] [--receiver-down 60]
+    .venv/bin/python bench/fault_run.py [--labels 500] [--batch 10] [--inflight 4] [--chroma-pause 20] [--receiver-down 60]
 
 `yana up` runs the real system (Redis with AOF, Chroma, one worker with a pool of 2, Flower, the
 API) in a temporary folder; its supervisor restarts what dies, as it would for an operator. The
 run submits --labels distinct generated labels as ingest jobs of --batch images each (every job
 with an Idempotency-Key and a webhook to a receiver here; a submit that hits a dead API is sent
-again with the same key). Meanwhile, one after another:
+again with the same key), keeping at most --inflight of them unfinished: the worker's pool of 2
+busy and as many waiting, so a fault always falls on running and queued work but the probe below
+does not wait out a backlog the run itself piled up (with label reading on, a burst of 7 batches
+between two faults was 30-40 s of queue on 2 cores: a probe's time was that queue, not the
+fault). Meanwhile, one after another:
 
   pool-child   kill -9 of a worker pool process (the one running a job, if any)
   worker-main  kill -9 of the Celery worker's main process
@@ -22,7 +26,8 @@ Webhook lateness (receipt minus the job's finished_at) is reported per job, wors
 receiver's outage (there backoff is expected), beside deliveries per webhook-id (must be 1).
 
 Recovery of a fault is the time from the fault (or its end) until a probe job (one small text
-document: API, Redis, worker, embedding and Chroma all involved) succeeds. At the end it prints
+document: API, Redis, worker, embedding and Chroma all involved) succeeds; the probe queues behind
+the (at most --inflight) jobs accepted before it, as any job would. At the end it prints
 a table and the verdict (RESULT PASS or FAIL); with --strict it exits 1 when an accepted job was
 lost, an item was indexed twice or lost, a webhook was never delivered or a recovery took over
 --recovery-goal s.
@@ -188,6 +193,23 @@ def probe(client: httpx.Client, limit_s: float = 180) -> float:
     return float("inf")
 
 
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def wait_inflight(
+    client: httpx.Client, accepted: dict[str, str], done: set[str], limit: int, deadline_s: float
+) -> None:
+    """Block until fewer than `limit` accepted jobs are unfinished (or deadline_s has passed)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        for job_id in [j for j in accepted if j not in done]:
+            if get_retrying(client, f"/v1/jobs/{job_id}")["status"] in TERMINAL:
+                done.add(job_id)
+        if len(accepted) - len(done) < limit or time.monotonic() > end:
+            return
+        time.sleep(0.2)
+
+
 def kill(proc: psutil.Process | None) -> str:
     if proc is None:
         return "not found"
@@ -199,6 +221,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--labels", type=int, default=500)
     ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--inflight", type=int, default=4, help="at most this many submitted jobs unfinished")
     ap.add_argument("--chroma-pause", type=float, default=20)
     ap.add_argument("--receiver-down", type=float, default=60)
     ap.add_argument("--gap", type=float, default=6, help="seconds between faults")
@@ -211,7 +234,11 @@ def main() -> None:
     run = uuid.uuid4().hex[:6]
     t_start = time.monotonic()
     items = label_items(args.labels, run)
-    print(f"{len(items)} labels rendered in {time.monotonic() - t_start:.0f}s", flush=True)
+    print(
+        f"{len(items)} labels rendered in {time.monotonic() - t_start:.0f}s; "
+        f"batches of {args.batch}, at most {args.inflight} unfinished",
+        flush=True,
+    )
     receiver = Receiver(SECRET)
     recv_port = receiver.port
     with tempfile.TemporaryDirectory() as tmp:
@@ -240,7 +267,9 @@ def main() -> None:
             assert len(faults) == faults_n
             fault_at = {round(len(batches) * (k + 1) / (len(faults) + 1)): f for k, f in enumerate(faults)}
             assert len(fault_at) == len(faults), "two faults on one batch"
+            done: set[str] = set()  # accepted jobs seen terminal
             for b, batch in enumerate(batches):
+                wait_inflight(client, accepted, done, args.inflight, args.settle)
                 key = f"{run}-batch-{b}"
                 r = post_retrying(client, "/v1/ingest", {"items": batch, "callback_url": receiver.url}, key)
                 if r.status_code != 202:
@@ -273,7 +302,7 @@ def main() -> None:
             jobs: dict[str, dict] = {}
             while time.monotonic() < end:
                 jobs = {j: get_retrying(client, f"/v1/jobs/{j}") for j in accepted}
-                if all(j["status"] in ("succeeded", "failed", "cancelled") for j in jobs.values()):
+                if all(j["status"] in TERMINAL for j in jobs.values()):
                     break
                 time.sleep(2)
             # deliveries still in their retry schedule get time to land

@@ -113,6 +113,18 @@ def check_json(body: bytes) -> None:
         raise YanaError.of(ErrorCode.BAD_REQUEST, f"JSON body nests deeper than {MAX_JSON_DEPTH} levels")
 
 
+def jsonrpc_parse_error(body: bytes) -> bytes | None:
+    """JSON-RPC's parse error (-32700) for a /mcp body that is not RFC 8259 JSON, None for one that
+    is. The MCP transport parses with Python's json, which takes NaN, Infinity and a byte order
+    mark; refused here as on every JSON route (check_json), in JSON-RPC's shape."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        error = {"code": -32700, "message": f"Parse error: {exc}"}
+        return orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error})
+    return None
+
+
 def check_no_body(body: bytes) -> None:
     """An operation without a request body refuses one that is there, rather than ignoring it
     (a malformed `{` is a client's bug worth telling); an empty object or null is no body."""
@@ -486,7 +498,13 @@ class ContractMiddleware:
         if _is_mcp(scope):
             if method == "POST" and not _json_request(headers):
                 raise YanaError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json")
-            await self.app(scope, receive, McpResponse(send).send)
+            out = McpResponse(send)
+            refused = jsonrpc_parse_error(body) if body is not None else None
+            if refused is not None:  # through McpResponse: error.data gets the ids
+                await out.send({"type": "http.response.start", "status": 400, "headers": []})
+                await out.send({"type": "http.response.body", "body": refused, "more_body": False})
+                return
+            await self.app(scope, receive, out.send)
             return
 
         raw_key = headers.get(IDEMPOTENCY_HEADER)

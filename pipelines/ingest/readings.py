@@ -8,7 +8,11 @@ and a failure is not cached (a later ingest of the same bytes tries again)."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -18,6 +22,14 @@ from pipelines.ingest.keys import READING_KEY, READING_LOCK_KEY
 from yana.settings import Settings
 
 log = logging.getLogger("yana.ingest.read")
+
+# A reader holds an image's lock for a lease it renews while it reads (every LEASE_S / 3 s): a
+# reader that dies (kill -9 of a pool process, its worker) stops renewing and the next reader of
+# those bytes takes over within LEASE_S, not after the read timeout. Renew and release only touch
+# the lock while it is still the reader's own.
+LEASE_S = 5
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 READING_TTL_S = 30 * 86400
 
@@ -40,22 +52,48 @@ def read_label(r, sha1: str, image: Image.Image, s: Settings) -> tuple[dict | No
     if got is not None:
         return got, None
     lock = READING_LOCK_KEY.format(sha1=sha1)
-    ttl = max(1, int(s.ocr_timeout_s) + 5)
-    if not r.set(lock, "1", nx=True, ex=ttl):
-        # Another worker (the `ocr` queue's read-ahead) is reading these bytes: wait for its
-        # reading; past the read timeout read here (a dead reader's lock expires on its own).
-        deadline = time.monotonic() + ttl
+    token = uuid.uuid4().hex
+    if not r.set(lock, token, nx=True, ex=LEASE_S):
+        # Another worker (the `ocr` queue's read-ahead, a job's re-run) is reading these bytes:
+        # wait for its reading. Its lock gone without one (it failed, or died and its lease
+        # lapsed): take the lock and read here; past the read timeout read here anyway.
+        deadline = time.monotonic() + s.ocr_timeout_s + 5
         while time.monotonic() < deadline:
             time.sleep(0.1)
             got = cached(r, sha1)
             if got is not None:
                 return got, None
-            if not r.exists(lock):
+            if r.set(lock, token, nx=True, ex=LEASE_S):
                 break
-    try:
+    with _leased(r, lock, token):
         return _read(r, sha1, image, s)
+
+
+@contextmanager
+def _leased(r, lock: str, token: str) -> Iterator[None]:
+    """Renew the lease on `lock` while the body runs, release it after (both only while the lock
+    holds `token`). Redis away: the lease lapses, and at worst a second reader reads the same
+    bytes (content-addressed: the same reading)."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(LEASE_S / 3):
+            try:
+                r.eval(_RENEW, 1, lock, token, LEASE_S)
+            except Exception:  # noqa: BLE001 - see above
+                log.debug("reading lease of %s not renewed", lock, exc_info=True)
+
+    renewer = threading.Thread(target=renew, name="reading-lease", daemon=True)
+    renewer.start()
+    try:
+        yield
     finally:
-        r.delete(lock)
+        stop.set()
+        renewer.join()
+        try:
+            r.eval(_RELEASE, 1, lock, token)
+        except Exception:  # noqa: BLE001 - the lease lapses on its own
+            log.debug("reading lock %s not released", lock, exc_info=True)
 
 
 def _read(r, sha1: str, image: Image.Image, s: Settings) -> tuple[dict | None, dict | None]:

@@ -260,6 +260,58 @@ def test_a_pixel_bomb_is_refused_at_submit(importing):
     assert _jobs(client) == jobs_before
 
 
+def test_a_pixel_bomb_is_refused_at_submit_by_url_and_over_mcp(importing):
+    """The same header check for the other ways one image comes in: a file:// image_url, the MCP
+    ingest tool."""
+    from tests.api.test_mcp import _run, _with_session
+
+    client, folder = importing
+    jobs_before = _jobs(client)
+    r = client.post("/v1/ingest", json={"category": "sake", "image_url": f"file://{folder}/bomb.png"})
+    _assert_refused(r, "pixel bomb (image_url file://)")
+    assert r.json()["error"]["code"] == "IMAGE_TOO_MANY_PIXELS", r.text
+    result = _run(
+        _with_session(
+            str(client.base_url).rstrip("/"),
+            lambda s: s.call_tool("ingest", {"category": "sake", "image_path": f"{folder}/bomb.png"}),
+        )
+    )
+    assert result.isError, result
+    assert json.loads(result.content[0].text)["error"]["code"] == "IMAGE_TOO_MANY_PIXELS", result
+    assert _jobs(client) == jobs_before
+
+
+def test_a_pixel_bomb_in_a_batch_is_that_items_failure_from_submit(importing, stack):
+    """In a batch an image's problem is that item's failure and the rest go on (accept_ingest):
+    a bomb among good items is judged at submit from its header, its bytes never staged nor
+    decoded, and its outcome says IMAGE_TOO_MANY_PIXELS."""
+    import redis
+
+    from pipelines.runtime.jobs import job_key
+    from tests.stack import wait_job
+
+    client, folder = importing
+    good = [{"category": "sake", "image_base64": base64.b64encode(_png(33 + i, 33)).decode()} for i in range(2)]
+    items = [
+        good[0],
+        {"category": "sake", "image_base64": base64.b64encode(_bomb()).decode()},
+        {"category": "sake", "image_path": f"{folder}/bomb.png"},
+        good[1],
+    ]
+    r = client.post("/v1/ingest", json={"category": "sake", "items": items})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job_id"]
+    with redis.Redis.from_url(stack.redis_url, decode_responses=True) as rd:
+        sources = [it["source"] for it in json.loads(rd.hget(job_key(job_id), "params"))["items"]]
+    assert [src["kind"] for src in sources] == ["stored", "rejected", "rejected", "stored"], sources
+    job = wait_job(client, job_id, timeout_s=180)
+    outcomes = {o["index"]: o for o in job["result"]["items"]}
+    for i in (1, 2):
+        assert (outcomes[i]["error"] or {}).get("code") == "IMAGE_TOO_MANY_PIXELS", (i, outcomes[i])
+    for i in (0, 3):
+        assert not outcomes[i]["error"], (i, outcomes[i])
+
+
 DOC = b'{"documents": [{"id": "loose-json", "text": "t", "metadata": {"x": %s}}]}'
 
 
@@ -357,6 +409,67 @@ def test_mcp_errors_carry_the_correlation_ids(hostile):
     r = hostile.post("/mcp", content=b"hello", headers={**MCP_ACCEPT, "content-type": "text/plain"})
     _assert_refused(r, "text/plain to /mcp")
     assert r.status_code == 415 and r.json()["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+
+
+@pytest.mark.parametrize(
+    "ctype",
+    [
+        "text/plain",
+        "application/xml",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json-seq",
+        "text/json",
+        None,
+    ],
+)
+def test_a_non_json_body_to_mcp_is_a_415_in_the_unified_body(hostile, ctype):
+    """Only application/json (or +json) is JSON-RPC: any other type, or none, is refused before
+    the MCP transport sees it, with the contract's error body and the correlation ids."""
+    headers = {"accept": "application/json, text/event-stream"} | ({"content-type": ctype} if ctype else {})
+    r = hostile.post("/mcp", content=json.dumps(INIT).encode(), headers=headers)
+    _assert_refused(r, f"{ctype} to /mcp")
+    assert r.status_code == 415 and r.json()["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE", (ctype, r.text)
+    assert r.json()["run_id"] == r.headers["x-run-id"]
+    assert "mcp-session-id" not in r.headers
+
+
+def _mcp_session(client: httpx.Client) -> dict:
+    """Headers of an initialized MCP session."""
+    session = client.post("/mcp", json=INIT, headers=MCP_ACCEPT).headers["mcp-session-id"]
+    with_session = {**MCP_ACCEPT, "mcp-session-id": session}
+    client.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=with_session)
+    return with_session
+
+
+CALL = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        CALL % (b"ingest", b'{"documents": [{"id": "mcp-loose", "text": "t", "metadata": {"x": NaN}}]}'),
+        CALL % (b"search", b'{"query_text": "x", "k": Infinity}'),
+        CALL % (b"search", b'{"query_text": "x", "k": -Infinity}'),
+        CALL % (b"search", b'{"query_text": "x", "k": 1e999}'),
+        b'{"jsonrpc": "2.0", "id": NaN, "method": "tools/list"}',
+        b'\xef\xbb\xbf{"jsonrpc": "2.0", "id": 8, "method": "tools/list"}',
+    ],
+    ids=["NaN", "Infinity", "-Infinity", "overflow", "NaN id", "BOM"],
+)
+def test_loose_json_to_mcp_is_a_parse_error(hostile, raw):
+    """What RFC 8259 does not allow is refused on /mcp as on every JSON route, as JSON-RPC's parse
+    error (the SDK's Python json took NaN, Infinity and a BOM: an ingest tool call with a NaN in a
+    document's metadata was a job)."""
+    with_session = _mcp_session(hostile)
+    jobs_before = _jobs(hostile)
+    r = hostile.post("/mcp", content=raw, headers=with_session)
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    msg = _rpc(r)
+    assert msg["jsonrpc"] == "2.0" and msg["id"] is None and msg["error"]["code"] == -32700, msg
+    assert msg["error"]["data"]["run_id"] == r.headers["x-run-id"], msg
+    assert msg["error"]["data"]["trace_id"] == r.headers["x-trace-id"], msg
+    assert _jobs(hostile) == jobs_before
 
 
 def test_an_mcp_validation_error_does_not_echo_a_huge_argument(hostile):
