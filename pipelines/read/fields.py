@@ -255,7 +255,9 @@ def _grade(lines: list[Line], out: dict[str, Field]) -> None:
         labelled = False
         pos = k.find("特定名称")
         if pos >= 0:
-            k, labelled = k[pos + 4 :].lstrip(":："), True
+            k, labelled = k[pos + 4 :], True
+        # brackets, dots and colons around a grade (【純米吟醸】, 特定名称・吟醸) are no part of it
+        k = re.sub(r"[\W_]+", "", k)
         cands: list[tuple[float, str, float]] = []
         if 0 < len(k) <= 7:
             for gk, g in keys:
@@ -391,6 +393,31 @@ def _is_label_text(text: str) -> bool:
     )
 
 
+_KANJI = re.compile(r"[\u3400-\u9fff\uf900-\ufaff々]")
+_PARTICLES = "の乃ノ之"
+
+
+def _brand_particle(ln: Line) -> str:
+    """The brand line's text with a name particle restored where the recogniser doubted.
+
+    Names are often two kanji joined by the particle の (乃, ノ, 之): 天の戸, 菊の司, 澤乃井.
+    In brush lettering the particle is a cursive stroke that the recogniser, which reads each
+    position on its own, tends to take for a simple kanji (八, 門, 円, 四, 刀). A kanji between
+    two kanji that the recogniser was unsure of (`Line.alternatives`), with a particle among its
+    own alternatives, is read as that particle; a sure read is never changed."""
+    text, alts = ln.text, ln.alternatives
+    if len(alts) != len(text) or len(text) < 3:
+        return text
+    chars = list(text)
+    for i in range(1, len(chars) - 1):
+        if not alts[i] or not all(_KANJI.match(c) for c in (chars[i - 1], chars[i], chars[i + 1])):
+            continue
+        particle = next((a for a in alts[i] if a in _PARTICLES), "")
+        if particle:
+            chars[i] = particle
+    return "".join(chars)
+
+
 def _brand(lines: list[Line], out: dict[str, Field]) -> None:
     gz = gazetteer()
     brands = {fuzzy_key(b.name): b for b in gz.of("brand")}
@@ -400,7 +427,8 @@ def _brand(lines: list[Line], out: dict[str, Field]) -> None:
         sizes = sorted((s for _, s in sized), reverse=True)
         ln, size = max(sized, key=lambda x: x[1])
         second = sizes[1] if len(sizes) > 1 else 0.0
-        value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(ln.text)) or normalize(ln.text)
+        text = _brand_particle(ln)
+        value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(text)) or normalize(text)
         k = fuzzy_key(value)
         conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
         if k in brands:  # a known brand read with a confusable character (洒/酒 ...)
