@@ -128,3 +128,12 @@ def test_a_doubted_kanji_between_kanji_is_the_name_particle_the_recogniser_offer
 def test_punctuation_after_the_grade_label_is_no_part_of_the_grade():
     assert extract_fields(["特定名称•吟醸"]).values()["grade"] == "吟醸"
     assert extract_fields(["【純米大吟醸】"]).values()["grade"] == "純米大吟醸"
+
+
+def test_a_grade_is_matched_on_the_recognisers_alternatives_and_a_slipped_label():
+    # 特定名称 read with a slip (特名称); 吟 and 醸 doubted (read 吃, 酸) and offered as alternatives
+    alts = ("", "", "", "", "吟今", "醸酪")
+    line = Line("特名称大吃酸", ((0, 0), (300, 0), (300, 20), (0, 20)), 0.9, False, 0, alts)
+    assert extract_fields(Reading((line,), "ppocr")).values()["grade"] == "大吟醸"
+    # without the alternative, two slips in three characters are too many
+    assert "grade" not in extract_fields(["特名称大吃酸"]).values()
