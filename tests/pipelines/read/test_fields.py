@@ -109,3 +109,31 @@ def test_a_maker_whose_name_ends_like_a_grade_is_still_the_brewery():
     assert v["grade"] == "純米"
     assert v["volume"] == "300ml"  # the l lost at the edge of a column
     assert "brewery" not in extract_fields(["特別本醸造", "本醸造"]).values()
+
+
+def test_a_doubted_kanji_between_kanji_is_the_name_particle_the_recogniser_offered():
+    def reading(text, alts):
+        big = Line(text, ((0, 0), (300, 0), (300, 100), (0, 100)), 0.9, False, 0, alts)
+        return Reading((big, _line("精米歩合 60%", 0, 150, 200, 170)), "ppocr")
+
+    # brush の read as 門, の among the recogniser's alternatives at that position
+    assert extract_fields(reading("春門雫", ("", "の円八", ""))).values()["brand_name"] == "春の雫"
+    # a sure read, or no particle among the alternatives, is kept as read
+    assert extract_fields(reading("八海山", ("", "", ""))).values()["brand_name"] == "八海山"
+    assert extract_fields(reading("月四雫", ("", "円口", ""))).values()["brand_name"] == "月四雫"
+    # without alternatives (tesseract, plain text) nothing changes
+    assert extract_fields(reading("風八光", ())).values()["brand_name"] == "風八光"
+
+
+def test_punctuation_after_the_grade_label_is_no_part_of_the_grade():
+    assert extract_fields(["特定名称•吟醸"]).values()["grade"] == "吟醸"
+    assert extract_fields(["【純米大吟醸】"]).values()["grade"] == "純米大吟醸"
+
+
+def test_a_grade_is_matched_on_the_recognisers_alternatives_and_a_slipped_label():
+    # 特定名称 read with a slip (特名称); 吟 and 醸 doubted (read 吃, 酸) and offered as alternatives
+    alts = ("", "", "", "", "吟今", "醸酪")
+    line = Line("特名称大吃酸", ((0, 0), (300, 0), (300, 20), (0, 20)), 0.9, False, 0, alts)
+    assert extract_fields(Reading((line,), "ppocr")).values()["grade"] == "大吟醸"
+    # without the alternative, two slips in three characters are too many
+    assert "grade" not in extract_fields(["特名称大吃酸"]).values()
