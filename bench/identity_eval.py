@@ -247,6 +247,11 @@ def main() -> int:
         metavar="MODE:TEXT_LIMIT:FIELDS_LIMIT",
         help="one more row on the same readings with other limits (e.g. images:-1:4 = text path off, before issue 21 item 3)",
     )
+    ap.add_argument(
+        "--sure-only",
+        action="store_true",
+        help="one more row per mode on the same readings, agreement judged on surely read values only (before)",
+    )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
     args = ap.parse_args()
@@ -307,6 +312,20 @@ def main() -> int:
                 finally:
                     decision.TEXT_AGREE_MAX_SCORE, decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = saved
                 print(f"  {extra}: done in {rows[-1]['wall_s']:.0f}s (load {rows[-1]['load']:.1f})", flush=True)
+            if args.sure_only:
+                # what ingest did before 2026-11-26: agreement judged on the sure values only
+                from pipelines.ingest import readings
+
+                said_fields = readings.said_fields
+                readings.said_fields = readings.identity_fields  # type: ignore[assignment]
+                try:
+                    for mode in args.modes.split(","):
+                        rows.append(
+                            {**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} (agree on sure values)"}
+                        )
+                        print(f"  {mode} sure-only: done in {rows[-1]['wall_s']:.0f}s", flush=True)
+                finally:
+                    readings.said_fields = said_fields  # type: ignore[assignment]
             if args.scores:
                 pair_scores(data, r)
         finally:
@@ -315,7 +334,7 @@ def main() -> int:
     print()
     print(
         f"identity eval, split={args.split} seed={args.seed}: {len(data['seconds'])} labels photographed twice, "
-        f"{len(data['distinct']) - len(data['seconds'])} labels in {3 * args.families} product lines; "
+        f"{len(data['distinct']) - len(data['seconds'])} labels in {len(VARY) * args.families} product lines; "
         f"load average {load0[0]:.1f} before, {load1[0]:.1f} after"
     )
     print(

@@ -84,7 +84,9 @@ def identify(data: bytes, *, r, s: Settings, k: int = 5, filters: dict | None = 
     if s.ocr_mode != "off":
         reading, _warning = readings.read_label(r, sha1, dec.image, s)
     said = _said(reading)
-    _entry, _digest, verify = neardup.verifier_for(dec.image, {}, s.phash_threshold, read=said)
+    _entry, _digest, verify = neardup.verifier_for(
+        dec.image, {}, s.phash_threshold, read=said, said=readings.said_fields(reading)
+    )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)
     query = _query_text(reading)

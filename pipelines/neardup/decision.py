@@ -13,12 +13,13 @@ a distinct label from search, a missed one only leaves a duplicate entry):
    colour planes) and compared block by block (`verifier.verify`), so a label printed from the same design with other text
    is told apart from a crop, a rotation or a phone photo of the same label.
 
-What the label says (OCR, when it was read) comes before both: a read brand, grade or printed
-number that differs makes two labels. Agreeing text is evidence the other way, like agreeing
-fields: images whose reading gives the same brand are candidates at any pHash distance (the index's
-read-the-same set, `text_digest`), and when the same fields were read off both, all equal, the
-brand and at least one more (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or
-the strict check). Agreeing uploader fields with readings on both sides that do not agree get the
+What the label says (OCR, when it was read) comes before both: a brand, grade or printed number
+read surely off both (`read`) that differs makes two labels. Agreeing text is evidence the other
+way, like agreeing fields: images whose reading gives the same brand are candidates at any pHash
+distance (the index's read-the-same set, `text_digest`), and when the same fields were read off
+both (`said`: every value read, however surely), all equal, the brand and at least one more
+(`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
+check). Agreeing uploader fields with readings on both sides that do not agree get the
 tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
@@ -130,7 +131,7 @@ def fields_digest(fields: dict | None) -> str:
     return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
-def make_entry(sig: bytes, fields: dict | None, read: dict | None = None) -> str:
+def make_entry(sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
     packed = zlib.compress(sig, 6)
@@ -140,10 +141,22 @@ def make_entry(sig: bytes, fields: dict | None, read: dict | None = None) -> str
         else {"s": base64.b64encode(sig).decode("ascii")}
     )
     doc.update({k: normalise(fields.get(k)) for k in FIELD_KEYS if normalise(fields.get(k))})
-    said = {k: _read_norm((read or {}).get(k)) for k in READ_KEYS if _read_norm((read or {}).get(k))}
-    if said:
-        doc["read"] = said
+    sure = _read_keys(read)
+    if sure:
+        doc["read"] = sure
+    everything = _read_keys(said)
+    if everything and everything != sure:  # only when it says more than "read" (Redis holds one per image)
+        doc["said"] = everything
     return orjson.dumps(doc).decode()
+
+
+def _read_keys(read: dict | None) -> dict[str, str]:
+    return {k: _read_norm((read or {}).get(k)) for k in READ_KEYS if _read_norm((read or {}).get(k))}
+
+
+def stored_said(theirs: dict) -> dict:
+    """What a stored entry's reading said, however surely (entries before "said" hold the sure part)."""
+    return theirs.get("said") or theirs.get("read") or {}
 
 
 def parse_entry(entry: str | None) -> tuple[bytes | None, dict]:
@@ -172,19 +185,20 @@ class Verifier:
     fields: dict
     legacy_threshold: int  # entries indexed before signatures existed: distance alone decides
     use_fields: bool = True
-    read: dict = field(default_factory=dict)  # what OCR read off the query label (READ_KEYS)
+    read: dict = field(default_factory=dict)  # what OCR read off the query label surely (READ_KEYS): vetoes
+    said: dict = field(default_factory=dict)  # every value read off it, however surely: agreement
     judged: list[dict] = field(default_factory=list)
 
     @property
     def text_digest(self) -> str:
         """The read-the-same set this image's candidates by text come from (and it joins)."""
-        return text_digest(self.read) if has_content(self.view.luma) else ""
+        return text_digest(self.said or self.read) if has_content(self.view.luma) else ""
 
     def _image_check(self, theirs: dict, stored: dict) -> tuple[bool, float, str, bool]:
         """How a candidate's image is checked: (grey-only score, its limit, reason, text agrees and
         the fields do not)."""
         agree = self.use_fields and fields_agree(self.fields, theirs)
-        text = text_agrees(self.read, stored)
+        text = text_agrees(self.said or self.read, stored_said(theirs))
         if agree:
             # both read and their text does not agree: perhaps another design of one product
             limit = FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE if self.read and stored and not text else FIELDS_AGREE_MAX_SCORE
@@ -246,14 +260,17 @@ def verifier_for(
     *,
     use_fields: bool = True,
     read: dict | None = None,
+    said: dict | None = None,
 ):
     """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
-    fields and what was read off it (`read`: {READ_KEYS: value} from OCR, optional)."""
+    fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
+    match; `said`: every value read, which can agree; both from OCR, optional)."""
     view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
     read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
+    said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
     return (
-        make_entry(view.sig, fields, read),
+        make_entry(view.sig, fields, read, said),
         fields_digest(fields),
-        Verifier(view, fields, legacy_threshold, use_fields, read),
+        Verifier(view, fields, legacy_threshold, use_fields, read, said),
     )

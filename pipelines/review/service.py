@@ -92,8 +92,8 @@ def split(r, chroma, blobs: BlobStore, s: Settings, sha1: str, *, who: str) -> d
     # What ingestion read off these bytes (cached by sha1), as it would have used it had the upload
     # been indexed when it arrived; no fresh read here (a request, not a worker).
     reading = readings.cached(r, sha1) if s.ocr_mode != "off" else None
-    read = {k: f.get("value") for k, f in ((reading or {}).get("fields") or {}).items()}
-    entry, digest, _verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read)
+    read, said = readings.identity_fields(reading, fields), readings.said_fields(reading, fields)
+    entry, digest, _verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read, said=said)
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     file_path = key if blobs.local_path(key) is not None else ""
     res = index.check_and_insert(

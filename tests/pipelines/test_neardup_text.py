@@ -136,3 +136,35 @@ def test_agreeing_fields_with_read_text_that_does_not_agree_get_the_tighter_limi
     assert unread["score"] == differs["score"]
     assert unread["same"] == (unread["score"] <= decision.FIELDS_AGREE_MAX_SCORE)
     assert differs["same"] == (differs["score"] <= decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE)
+
+
+def _judge_said(query, stored, q: tuple[dict, dict], s: tuple[dict, dict]):
+    entry, _digest, _v = decision.verifier_for(stored, None, 10, read=s[0], said=s[1])
+    _e, _d, verify = decision.verifier_for(query, None, 10, read=q[0], said=q[1])
+    return verify([("label_x", 30, entry)]), verify.judged[0]
+
+
+def test_values_read_unsurely_agree_but_only_sure_ones_veto():
+    """Agreement is judged on every value read (the same value off two photographs is evidence
+    however surely each was read); a match is vetoed only by values read surely on both sides."""
+    sure = {"brand_name": "八海山", "grade": "純米吟醸"}
+    said = {**sure, "volume": "720ml"}  # 720ml read on both, under the identity confidence on one
+    for seed in range(40):
+        a, b = _photos(seed)
+        _m, text = _judge_said(b, a, (sure, said), ({**sure, "volume": "720ml"}, said))
+        if text["reason"] == "verifier (text agrees)" and text["same"]:
+            break
+    else:
+        pytest.fail("no pair in 40 where agreeing text joined the photographs")
+    # the unsure part alone makes them agree: without it one side has a field the other lacks
+    _m, one_sided = _judge_said(b, a, (sure, said), (sure, sure))
+    assert one_sided["reason"] == "verifier"
+    # a value read unsurely and differing does not split the pair (it stops the agreement only)...
+    _m, unsure_differs = _judge_said(b, a, (sure, said), (sure, {**sure, "volume": "1800ml"}))
+    assert not unsure_differs["reason"].startswith("read")
+    # ...while a surely read one does
+    _m, vetoed = _judge_said(b, a, (said, said), ({**sure, "volume": "1800ml"}, {**sure, "volume": "1800ml"}))
+    assert vetoed == {**vetoed, "same": False, "reason": "read volume differs"}
+    # entries written before "said" existed compare on their sure part
+    _sig, theirs = decision.parse_entry(decision.make_entry(b"\0" * 3072, None, sure))
+    assert decision.stored_said(theirs) == {k: decision._read_norm(v) for k, v in sure.items()}
