@@ -160,14 +160,16 @@ def read_ahead(items: list[dict], *, r, s: Settings, blobs) -> int:
 IDENTITY_MIN_CONFIDENCE = 0.8
 
 
-def identity_fields(reading: dict | None, given: dict | None = None) -> dict[str, str]:
-    """{field: value} of a reading for the near-duplicate decision: the sure ones, and none the
-    uploader gave (their value is compared as the uploader's field)."""
+def identity_fields(
+    reading: dict | None, given: dict | None = None, min_confidence: float = IDENTITY_MIN_CONFIDENCE
+) -> dict[str, str]:
+    """{field: value} of a reading for the near-duplicate decision: the ones read at least this
+    surely, and none the uploader gave (their value is compared as the uploader's field)."""
     given = given or {}
     return {
         k: str(f.get("value"))
         for k, f in ((reading or {}).get("fields") or {}).items()
-        if f.get("value") and not given.get(k) and float(f.get("confidence") or 0.0) >= IDENTITY_MIN_CONFIDENCE
+        if f.get("value") and not given.get(k) and float(f.get("confidence") or 0.0) >= min_confidence
     }
 
 
@@ -177,9 +179,4 @@ def said_fields(reading: dict | None, given: dict | None = None) -> dict[str, st
     even at low confidence (two misreads rarely agree), while only sure values may veto a match
     (identity_fields). On the tune photographs a correct 内容量 often reads at ~0.7, and pairs
     of one label's photographs failed to agree on that alone (8 of 30 pairs, tune split, seed 7)."""
-    given = given or {}
-    return {
-        k: str(f.get("value"))
-        for k, f in ((reading or {}).get("fields") or {}).items()
-        if f.get("value") and not given.get(k)
-    }
+    return identity_fields(reading, given, min_confidence=0.0)

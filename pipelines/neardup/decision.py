@@ -186,19 +186,21 @@ class Verifier:
     legacy_threshold: int  # entries indexed before signatures existed: distance alone decides
     use_fields: bool = True
     read: dict = field(default_factory=dict)  # what OCR read off the query label surely (READ_KEYS): vetoes
-    said: dict = field(default_factory=dict)  # every value read off it, however surely: agreement
+    said: dict = field(
+        default_factory=dict
+    )  # every value read off it, however surely (verifier_for: at least `read`): agreement
     judged: list[dict] = field(default_factory=list)
 
     @property
     def text_digest(self) -> str:
         """The read-the-same set this image's candidates by text come from (and it joins)."""
-        return text_digest(self.said or self.read) if has_content(self.view.luma) else ""
+        return text_digest(self.said) if has_content(self.view.luma) else ""
 
     def _image_check(self, theirs: dict, stored: dict) -> tuple[bool, float, str, bool]:
         """How a candidate's image is checked: (grey-only score, its limit, reason, text agrees and
         the fields do not)."""
         agree = self.use_fields and fields_agree(self.fields, theirs)
-        text = text_agrees(self.said or self.read, stored_said(theirs))
+        text = text_agrees(self.said, stored_said(theirs))
         if agree:
             # both read and their text does not agree: perhaps another design of one product
             limit = FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE if self.read and stored and not text else FIELDS_AGREE_MAX_SCORE

@@ -152,15 +152,18 @@ def gazetteer() -> Gazetteer:
     return Gazetteer(tuple(rows))
 
 
-def _edit(a: str, b: str, limit: int) -> int:
-    """Levenshtein distance, stopping early past `limit`."""
+def _edit(a: str, b: str, limit: int, alts: list[str] | None = None) -> int:
+    """Levenshtein distance, stopping early past `limit`. With `alts` (fuzzy keys per position of
+    `b`), a character of `a` the recogniser offered at that position substitutes for free:
+    matching a closed list (grades) on the recogniser's candidates, not only its first choice."""
     if abs(len(a) - len(b)) > limit:
         return limit + 1
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
         cur = [i] + [0] * len(b)
         for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            same = ca == cb or (alts is not None and ca in alts[j - 1])
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (not same))
         if min(cur) > limit:
             return limit + 1
         prev = cur
@@ -244,24 +247,6 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
                 out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
 
 
-def _edit_alts(a: str, b: str, alts: list[str], limit: int) -> int:
-    """`_edit(a, b)` where a character of `a` that the recogniser offered at that position of
-    `b` (`alts[j]`, fuzzy keys) substitutes for free: matching against a closed list (grades) on
-    the recogniser's candidates, not only its first choice."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            sub = 0 if ca == cb or ca in alts[j - 1] else 1
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + sub)
-        if min(cur) > limit:
-            return limit + 1
-        prev = cur
-    return prev[-1]
-
-
 def _keyed(ln: Line) -> tuple[str, list[str]]:
     """The line's fuzzy key and, per key character, the fuzzy keys of the recogniser's
     alternatives there ("" where none, or where normalising changed the length)."""
@@ -308,7 +293,7 @@ def _grade(lines: list[Line], out: dict[str, Field]) -> None:
         cands: list[tuple[float, str, float]] = []
         if 0 < len(k) <= 7:
             for gk, g in keys:
-                d = _edit_alts(gk, k, alts, 2)
+                d = _edit(gk, k, 2, alts)
                 allowed = max(1, len(gk) // 3) if (labelled or len(gk) >= 3) else 0
                 if d <= allowed:
                     cands.append((100 - 30 * d + (50 if labelled else 0), g, 0.95 if d == 0 else 0.7))
