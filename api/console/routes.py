@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
+from api.contract import ContractRoute
 from api.contract.policy import contract
 from yana.errors import ErrorCode, YanaError
 
@@ -28,7 +29,7 @@ CSP = (
 )
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 
-router = APIRouter(prefix="/console", tags=["console"], include_in_schema=False)
+router = APIRouter(prefix="/console", tags=["console"], include_in_schema=False, route_class=ContractRoute)
 PUBLIC = contract(public=True)
 
 

@@ -9,8 +9,10 @@ A route gets all of this without doing anything:
   `yana.context.current()` for the request (the job store, task headers and logs read it),
   echoed with X-Request-Duration-Ms on every response; one JSON-lines access record.
 - auth: `Authorization: Bearer` with AUTH_TOKENS when AUTH_ENABLED (routes declared public, the
-  health and version routes, stay open). Closed by default: a router included any other way
-  is still enforced by the middleware.
+  health and version routes, stay open), checked before the body is read (401 before 413/415/
+  422), and documented by the `Security` dependency its router is included with (api.deps).
+  Closed by default: what FastAPI itself serves (/openapi.json, /docs) and unknown paths are
+  checked too, and the app refuses to start with a route that lacks the contract's route class.
 - rate limit: token bucket per token (per client address with auth off), RATE_LIMIT/RATE_BURST.
 - body cap (413, MAX_BODY_BYTES), media type (415, from the route's body: JSON or form),
   JSON nesting (400 past 64 levels), time limit (408, REQUEST_TIMEOUT_S).
@@ -19,9 +21,16 @@ A route gets all of this without doing anything:
 - OpenAPI: error responses, headers, security and the policy are documented per operation;
   every route is also an MCP tool at /mcp named by its operation_id.
 
-What a route must still write: an explicit `operation_id` (= MCP tool name), `tags`, a
-`response_model` deriving from `api.schemas.Envelope`, and `responses=ERRORS(...)` for its own
-statuses (404, 409, ...). Routers are added with `include_router(app, router)`.
+Where it happens: the middleware (api.contract.middleware) wraps every response (correlation,
+timing, error body, access log); everything that depends on the route runs in the route itself,
+`api.contract.route.ContractRoute`, after routing and before FastAPI reads the body.
+
+What a route must still write: its router's `route_class=ContractRoute`, an explicit
+`operation_id` (= MCP tool name), `tags`, a `response_model` deriving from `api.schemas.Envelope`,
+and `responses=ERRORS(...)` for its own statuses (404, 409, ...). Routers are added with
+`include_router(app, router)`::
+
+    router = APIRouter(prefix="/v1", tags=["search"], route_class=ContractRoute)
 
 Per-route differences are declared once, not coded, with `contract(...)` in `openapi_extra`::
 
@@ -43,20 +52,24 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from api.contract.admission import INTERNAL_HEADER
 from api.contract.auth import BearerAuth
 from api.contract.errors import install_error_handlers
-from api.contract.middleware import INTERNAL_HEADER, ContractMiddleware
+from api.contract.middleware import ContractMiddleware
 from api.contract.openapi import install_openapi
 from api.contract.policy import RoutePolicy, contract, declared_public
-from api.contract.routing import RouteIndex
+from api.contract.route import ContractRoute, RouteGate, UnroutedRequests, guard_routes
 from yana import logging as ylog
 from yana.settings import get_settings
 
-__all__ = ["install_contract", "include_router", "contract", "RoutePolicy"]
+__all__ = ["install_contract", "include_router", "contract", "ContractRoute", "RoutePolicy"]
 
 
 def include_router(app: FastAPI, router: APIRouter) -> None:
@@ -66,6 +79,9 @@ def include_router(app: FastAPI, router: APIRouter) -> None:
     from api.deps import AUTHENTICATED, CORRELATED
     from api.schemas import ERRORS
 
+    plain = [r.path for r in router.routes if isinstance(r, APIRoute) and not isinstance(r, ContractRoute)]
+    if plain:
+        raise TypeError(f"{plain}: declare the router with route_class=ContractRoute")
     public = {declared_public(r) for r in router.routes if isinstance(r, APIRoute)}
     if len(public) > 1:
         raise ValueError("a router's routes must be all public or all protected")
@@ -76,8 +92,8 @@ def include_router(app: FastAPI, router: APIRouter) -> None:
 
 
 def install_contract(app: FastAPI) -> None:
-    """Install on an app whose routers are already included (routes added later are still
-    covered by the middleware; they become MCP tools only if added before this call)."""
+    """Install on an app whose routers are already included (routers included later must use
+    ContractRoute too, which startup checks; they become MCP tools only if added before this call)."""
     from api.contract.mcp import mount_mcp
 
     settings = get_settings()
@@ -86,6 +102,24 @@ def install_contract(app: FastAPI) -> None:
     internal_secret = secrets.token_urlsafe(24)
     app.state.auth = BearerAuth(settings)
     install_error_handlers(app)
+    gate = app.state.route_gate = RouteGate(app, settings, internal_secret)
+    app.router.route_class = ContractRoute  # a route added on the app itself
     app.state.mcp = mount_mcp(app, settings, INTERNAL_HEADER, internal_secret)
-    app.add_middleware(ContractMiddleware, fastapi_app=app, settings=settings, internal_secret=internal_secret)
-    install_openapi(app, RouteIndex(app, settings), settings)
+    guard_routes(app, gate)
+    app.router.default = UnroutedRequests(app, gate)
+    _guard_routes_at_startup(app, gate)
+    app.add_middleware(ContractMiddleware, auth=app.state.auth)
+    install_openapi(app, gate.policies, settings)
+
+
+def _guard_routes_at_startup(app: FastAPI, gate: RouteGate) -> None:
+    """guard_routes again once the app is complete (routers included after install_contract)."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(lifespan_app: Any) -> AsyncIterator[Any]:
+        guard_routes(app, gate)
+        async with inner(lifespan_app) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan

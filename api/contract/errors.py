@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.contract.route import POLICY_KEY
 from yana import context
 from yana.errors import CODE_OF_STATUS, ERRORS, ErrorCode, YanaError, internal
 
@@ -105,7 +106,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        resolved = request.scope.get("yana.policy")
+        resolved = request.scope.get(POLICY_KEY)
         status = resolved.policy.schema_error_status if resolved is not None else 400
         return error_response(validation_error(exc, status))
 

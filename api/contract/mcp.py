@@ -11,6 +11,10 @@ A tool's result is the route's JSON twice over, as MCP clients expect: as text c
 structured content. A route's error becomes a tool error (isError) whose text is the contract's
 error body, so an agent sees the same `code` (BAD_REQUEST, NOT_FOUND, RATE_LIMITED...) as an HTTP
 client would.
+
+/mcp is a route like the others (fastapi_mcp registers it with `api_route` on the router it is
+given): McpRoute, a ContractRoute, so it has the same auth, rate limit, body cap and JSON checks,
+and answers in JSON-RPC's terms where the transport would not (McpResponse).
 """
 
 from __future__ import annotations
@@ -23,10 +27,19 @@ from urllib.parse import quote
 
 import httpx
 import mcp.types as types
-from fastapi import FastAPI
+import orjson
+from fastapi import APIRouter, FastAPI
 from fastapi_mcp import FastApiMCP
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Message, Receive, Scope, Send
 
+from api.contract.body import json_request
+from api.contract.errors import error_response, from_exception
+from api.contract.policy import ResolvedPolicy
+from api.contract.route import ContractRoute, RouteGate
 from yana import context
+from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings
 
 MCP_PATH = "/mcp"
@@ -155,5 +168,156 @@ def mount_mcp(app: FastAPI, settings: Settings, internal_header: str, internal_s
         headers=FORWARDED_HEADERS,
         describe_all_responses=False,
     )
-    mcp.mount_http(app, mount_path=MCP_PATH)
+    router = APIRouter(route_class=McpRoute)
+    mcp.mount_http(router, mount_path=MCP_PATH)  # fastapi_mcp then includes the router in the app
     return mcp
+
+
+def jsonrpc_parse_error(body: bytes) -> bytes | None:
+    """JSON-RPC's parse error (-32700) for a /mcp body that is not RFC 8259 JSON, None for one that
+    is. The MCP transport parses with Python's json, which takes NaN, Infinity and a byte order
+    mark; refused here as on every JSON route (api.contract.body.check_json), in JSON-RPC's shape."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        error = {"code": -32700, "message": f"Parse error: {exc}"}
+        return orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error})
+    return None
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... ({len(text) - limit} more characters not shown)"
+
+
+def rewrite_mcp_message(msg: Any) -> Any:
+    """A JSON-RPC message from /mcp as it leaves: an error carries the request's run_id and
+    trace_id in `error.data` (its shape stays JSON-RPC's); an error message, or the text of a tool
+    error result (the SDK's input validation quotes the offending argument whole), is cut to
+    MAX_ERROR_TEXT characters."""
+    if isinstance(msg, list):
+        return [rewrite_mcp_message(m) for m in msg]
+    if not isinstance(msg, dict):
+        return msg
+    err = msg.get("error")
+    if isinstance(err, dict):
+        data = err.get("data")
+        ids = context.body_ids()
+        if isinstance(data, dict):
+            err["data"] = {**data, **ids}
+        else:
+            err["data"] = {**ids, **({"detail": _truncate(str(data), MAX_ERROR_TEXT)} if data else {})}
+        if isinstance(err.get("message"), str):
+            err["message"] = _truncate(err["message"], MAX_ERROR_TEXT)
+    result = msg.get("result")
+    if isinstance(result, dict) and result.get("isError"):
+        for item in result.get("content") or []:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                item["text"] = _truncate(item["text"], MAX_ERROR_TEXT)
+    return msg
+
+
+class McpResponse:
+    """Rewrites what /mcp sends (rewrite_mcp_message): a JSON answer whole, an event stream event
+    by event; a plain-text error of the transport (wrong Accept, no session) becomes a JSON-RPC
+    error with the ids."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self.start: Message | None = None
+        self.mode = "pass"
+        self.chunks: list[bytes] = []
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = Headers(raw=list(message.get("headers", [])))
+            ctype = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+            if ctype == "text/event-stream":
+                self.mode = "sse"
+            elif ctype == "application/json" or message["status"] >= 400:
+                self.mode = "json"
+                self.start = message
+                return
+            await self._send(message)
+            return
+        if message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        if self.mode == "sse":
+            await self._send({**message, "body": self._rewrite_events(message.get("body", b""))})
+            return
+        if self.mode == "json":
+            self.chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            assert self.start is not None
+            body = self._rewrite_json(b"".join(self.chunks), self.start["status"])
+            headers = [
+                (k, v)
+                for k, v in self.start.get("headers", [])
+                if k.lower() not in (b"content-length", b"content-type")
+            ]
+            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await self._send({**self.start, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        await self._send(message)
+
+    @staticmethod
+    def _rewrite_json(body: bytes, status: int) -> bytes:
+        try:
+            data = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            data = None
+        if data is None and status >= 400:  # the transport's plain text
+            text = body.decode("utf-8", "replace").strip() or "request refused"
+            data = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": text}}
+        if data is None:
+            return body
+        return orjson.dumps(rewrite_mcp_message(data))
+
+    @staticmethod
+    def _rewrite_events(chunk: bytes) -> bytes:
+        if b"data:" not in chunk:
+            return chunk
+        lines = chunk.split(b"\n")
+        for i, line in enumerate(lines):
+            stripped = line.rstrip(b"\r")
+            if not stripped.startswith(b"data:"):
+                continue
+            try:
+                msg = orjson.loads(stripped[5:])
+            except orjson.JSONDecodeError:
+                continue
+            ending = line[len(stripped) :]
+            lines[i] = b"data: " + orjson.dumps(rewrite_mcp_message(msg)) + ending
+        return b"\n".join(lines)
+
+
+class McpRoute(ContractRoute):
+    """/mcp: admitted as every route is; then answered by the MCP transport through McpResponse,
+    with no time limit (a session's stream stays open) and no Idempotency-Key (JSON-RPC has ids)."""
+
+    async def respond(
+        self,
+        gate: RouteGate,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        rp: ResolvedPolicy,
+        identity: str | None,
+        body: bytes | None,
+    ) -> None:
+        if scope["method"] == "POST" and not json_request(Headers(scope=scope)):
+            raise YanaError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json")
+        out = McpResponse(send)
+        refused = jsonrpc_parse_error(body) if body is not None else None
+        if refused is not None:  # through McpResponse: error.data gets the ids
+            await out.send({"type": "http.response.start", "status": 400, "headers": []})
+            await out.send({"type": "http.response.body", "body": refused, "more_body": False})
+            return
+        try:
+            await super(ContractRoute, self).handle(scope, receive, out.send)
+        except StarletteHTTPException as exc:  # a wrong method (405), raised before the transport runs
+            await error_response(from_exception(exc), exc.headers)(scope, receive, out.send)

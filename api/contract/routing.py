@@ -1,8 +1,9 @@
-"""Which route a request will reach, found before the app runs (for per-route policies).
+"""The merged policy of every route of an app, read from FastAPI's own route contexts
+(fastapi.routing.iter_route_contexts: a route as included, with its router's prefix).
 
-FastAPI routes the request itself later; this mirrors its matching over the flattened route list
-(fastapi.routing.iter_route_contexts), so a route added after install_contract (e.g. /mcp) is
-covered too: the index is rebuilt whenever a request matches nothing.
+Per app, since ROUTE_POLICIES and the defaults are the app's settings, while a router (and so its
+route objects) may be included in more than one app. The route that FastAPI matched asks for its
+policy here (api.contract.route); the OpenAPI document shows it (api.contract.openapi).
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
-from starlette.routing import Match
-from starlette.types import Scope
 
 from api.contract.policy import ResolvedPolicy, resolve
 from yana.settings import Settings
@@ -24,11 +23,14 @@ class RouteIndex:
         self.settings = settings
         self._routes: list[Any] = []
         self._policies: dict[int, ResolvedPolicy] = {}
-        self._default = resolve(None, settings)
+        self._by_route: dict[int, tuple[Any, ResolvedPolicy]] = {}
+        self.unrouted = resolve(None, settings)  # a request no route takes
 
     def rebuild(self) -> None:
         self._routes = list(iter_route_contexts(self.app.routes))
         self._policies = {id(rc): resolve(rc, self.settings) for rc in self._routes}
+        # Routes are unhashable (they compare by value): keyed by identity, the route kept to check it.
+        self._by_route = {id(rc.original_route): (rc.original_route, self._policies[id(rc)]) for rc in self._routes}
 
     def routes(self) -> list[Any]:
         if not self._routes:
@@ -38,26 +40,15 @@ class RouteIndex:
     def policy_of(self, route_ctx: Any) -> ResolvedPolicy:
         return self._policies.get(id(route_ctx)) or resolve(route_ctx, self.settings)
 
-    def match(self, scope: Scope) -> tuple[Any | None, ResolvedPolicy]:
-        """(route context or None, its policy). A path that exists with another method resolves
-        to that route's policy too (FastAPI answers 405 there)."""
-        found = self._match(scope)
-        if found is None:
+    def of_route(self, route: Any) -> ResolvedPolicy:
+        """The policy of a route object of this app as it was included (found again after routes
+        are added: the index is rebuilt when it does not know the route)."""
+        found = self._by_route.get(id(route))
+        if found is None or found[0] is not route:
             self.rebuild()
-            found = self._match(scope)
-        if found is None:
-            return None, self._default
-        return found, self.policy_of(found)
-
-    def _match(self, scope: Scope) -> Any | None:
-        partial = None
-        for rc in self.routes():
-            try:
-                m, _ = rc.matches(scope)
-            except ValueError:  # a convertor rejects a path value with ValueError: no match
-                continue
-            if m is Match.FULL:
-                return rc
-            if m is Match.PARTIAL and partial is None:
-                partial = rc
-        return partial
+            found = self._by_route.get(id(route))
+        if found is None or found[0] is not route:  # not reachable from the app's routes
+            policy = resolve(route, self.settings)
+            self._by_route[id(route)] = (route, policy)
+            return policy
+        return found[1]

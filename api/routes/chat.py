@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Form, Request, params
-from fastapi.routing import APIRoute
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from api.contract.policy import FORM_TYPES, JSON_TYPES, contract
+from api.contract.route import ContractRoute
 from api.schemas import ERRORS, Envelope
 from pipelines.chat import ChatInput, default_deps, default_turn_log, run_chat
 from pipelines.labels.model import LabelCard
@@ -172,7 +172,7 @@ def form_to_request(form: Any) -> dict:
     return data
 
 
-class ChatRoute(APIRoute):
+class ChatRoute(ContractRoute):
     """Notes when the request arrived (the budget counts from there) and turns a form body into the
     JSON body, so both kinds reach the same validation and handler."""
 

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.contract import ContractRoute
 from api.contract.auth import caller_identity
 from api.deps import BearerToken
 from api.schemas import ERRORS, Envelope
@@ -18,7 +19,7 @@ from pipelines.review import service as review
 from yana.clients import get_blobs, get_chroma, get_redis
 from yana.settings import get_settings
 
-router = APIRouter(prefix="/v1/dedup", tags=["ingest"])
+router = APIRouter(prefix="/v1/dedup", tags=["ingest"], route_class=ContractRoute)
 
 
 class KeptLabel(BaseModel):

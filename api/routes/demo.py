@@ -7,10 +7,11 @@ import asyncio
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, StrictInt
 
+from api.contract import ContractRoute
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS
 
-router = APIRouter(prefix="/v1/demo", tags=["demo"])
+router = APIRouter(prefix="/v1/demo", tags=["demo"], route_class=ContractRoute)
 
 
 class SleepRequest(BaseModel):

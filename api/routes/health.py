@@ -20,9 +20,9 @@ import httpx
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from api.contract import contract
+from api.contract import ContractRoute, contract
 from api.contract.errors import last_error
-from api.contract.middleware import app_redis
+from api.contract.route import app_redis
 from api.schemas import ERRORS, Envelope
 from pipelines.chat.health import circuit_problem
 from pipelines.chat.persona import policy_self_check
@@ -32,7 +32,7 @@ from yana.clients import get_chroma
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=ContractRoute)
 
 _PUBLIC = contract(public=True, timeout_s=10)
 _PROCESS_STARTED = time.monotonic()

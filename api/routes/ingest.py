@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.datastructures import UploadFile
 
+from api.contract import ContractRoute
 from api.contract.policy import contract
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope, inline_schema
@@ -45,7 +46,7 @@ from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
 
-router = APIRouter(prefix="/v1", tags=["ingest"])
+router = APIRouter(prefix="/v1", tags=["ingest"], route_class=ContractRoute)
 
 FIELD_NAMES = ingest_accept.LABEL_FIELDS
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.contract import contract
+from api.contract import ContractRoute, contract
 from api.schemas import ERRORS, Envelope
 from pipelines.ingest.pipeline import failed_items_to_retry, outcomes_so_far, retry_binding, retry_job_of
 from pipelines.runtime import jobs as jobstore
@@ -19,8 +19,8 @@ from yana.clients import get_blobs, get_redis
 from yana.errors import ErrorCode, YanaError
 from yana.ids import new_job_id, valid_job_id
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-queues_router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=ContractRoute)
+queues_router = APIRouter(prefix="/v1", tags=["jobs"], route_class=ContractRoute)
 
 _WAIT_RE = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+)", re.I)
 CURSOR_MAX = 2**53 - 1  # cursors are created-at ms * 1000 + n: far below; exact in every JSON client

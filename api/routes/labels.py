@@ -21,6 +21,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.contract import ContractRoute
 from api.contract.policy import contract
 from api.schemas import ERRORS, Envelope
 from pipelines.ingest import image_io, records
@@ -29,7 +30,7 @@ from yana.blobs import BlobInfo, BlobMissing
 from yana.clients import get_blobs, get_chroma, get_redis
 from yana.errors import ErrorCode, YanaError
 
-router = APIRouter(prefix="/v1/labels", tags=["search"])
+router = APIRouter(prefix="/v1/labels", tags=["search"], route_class=ContractRoute)
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
 LabelId = Annotated[str, Path(max_length=64, description="a label id (label_ + 16 hex), as in search hits")]

@@ -9,12 +9,13 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Query
 
+from api.contract import ContractRoute
 from api.schemas import ERRORS, Envelope
 from pipelines.chat.turnlog import TurnLog
 from yana.errors import ErrorCode, YanaError
 from yana.settings import get_settings
 
-router = APIRouter(tags=["logs"])
+router = APIRouter(tags=["logs"], route_class=ContractRoute)
 
 
 class LogsToday(Envelope):

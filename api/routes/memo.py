@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api.contract import ContractRoute
 from api.contract.policy import AGENT_RATE, contract
 from api.jobs_common import accept_job
 from api.schemas import ERRORS, Envelope
@@ -20,7 +21,7 @@ from yana.clients import get_chroma, get_redis
 from yana.errors import bad_request
 from yana.settings import get_settings
 
-router = APIRouter(tags=["memo"])
+router = APIRouter(tags=["memo"], route_class=ContractRoute)
 
 TEXT_MAX_CHARS = 100_000
 SUMMARY_MAX_CHARS = 4_000

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from api.contract import ContractRoute
 from pipelines.neardup.index import SHA1_KEY
 from pipelines.runtime.jobs import ACTIVE, RECENT, WEBHOOKS_DUE, job_key
 from pipelines.search import lexical
@@ -30,7 +31,7 @@ from pipelines.search.collections import active_name
 from workers.queues import QUEUES
 from yana.clients import get_redis
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=ContractRoute)
 
 JOBS_WINDOW = 1000  # terminal jobs counted: the most recent ones (the record index keeps 7 days)
 

@@ -7,6 +7,7 @@ import asyncio
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from api.contract import ContractRoute
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines.embedding import backends as embedding
@@ -15,7 +16,7 @@ from pipelines.search.collections import BUILDING_KEY
 from yana.clients import get_chroma, get_redis
 from yana.errors import ErrorCode, YanaError, conflict
 
-router = APIRouter(prefix="/v1", tags=["collections"])
+router = APIRouter(prefix="/v1", tags=["collections"], route_class=ContractRoute)
 
 
 class ReembedRequest(BaseModel):

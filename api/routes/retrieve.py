@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 
+from api.contract import ContractRoute
 from api.contract.policy import AGENT_RATE, contract
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
@@ -32,7 +33,7 @@ from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError
 from yana.settings import get_settings
 
-router = APIRouter(prefix="/v1", tags=["retrieve"])
+router = APIRouter(prefix="/v1", tags=["retrieve"], route_class=ContractRoute)
 
 QUERY_MAX_CHARS = 4000
 EMBED_JOB_GUARD_S = 600  # one follow-up embedding job per distinct chunk set in this window

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.datastructures import UploadFile
 
+from api.contract import ContractRoute
 from api.contract.errors import validation_error
 from api.contract.policy import AGENT_RATE, contract
 from api.schemas import ERRORS, Envelope, inline_schema
@@ -49,7 +50,7 @@ async def _warm(app):
     yield
 
 
-router = APIRouter(tags=["search"], lifespan=_warm)
+router = APIRouter(tags=["search"], lifespan=_warm, route_class=ContractRoute)
 
 
 class SearchFilters(BaseModel):

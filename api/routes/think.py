@@ -17,6 +17,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from api.contract import ContractRoute
 from api.contract.policy import contract
 from api.jobs_common import JobAccepted, accept_job
 from api.routes.jobs import Job, get_or_404, prefer_wait_seconds
@@ -29,7 +30,7 @@ from yana import context as correlation
 from yana.settings import get_settings
 
 log = logging.getLogger("yana.api.think")
-router = APIRouter(tags=["think"])
+router = APIRouter(tags=["think"], route_class=ContractRoute)
 
 
 class ThinkStep(Envelope):

@@ -1,7 +1,8 @@
 """Helpers of the HTTP-contract tests: the real app served by uvicorn on a loopback port (so every
 test goes through a real HTTP client and server), with probe routes that fail in each way the
 contract must cover. The probe routes are added AFTER create_app() installed the contract, as a
-feature module written later would be: they get the contract without doing anything."""
+feature module written later would be: declared with the contract's route class as every router
+is, they get the contract without doing anything else."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import uvicorn
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
-from api.contract import contract
+from api.contract import ContractRoute, contract
 from api.schemas import ERRORS, Envelope
 from yana.errors import YanaError
 
-probe = APIRouter(prefix="/test", tags=["probe"])
+probe = APIRouter(prefix="/test", tags=["probe"], route_class=ContractRoute)
 
 SECRET = "sk-live-should-never-leak /srv/yana/secret.key"
 

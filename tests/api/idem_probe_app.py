@@ -13,12 +13,12 @@ import os
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from api.contract import contract
+from api.contract import ContractRoute, contract
 from api.jobs_common import JobAccepted, accept_job
 from api.main import create_app
 
 app = create_app()
-probe = APIRouter(prefix="/test", tags=["probe"])
+probe = APIRouter(prefix="/test", tags=["probe"], route_class=ContractRoute)
 
 
 class SlowJob(BaseModel):
