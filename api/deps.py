@@ -1,9 +1,11 @@
 """Dependencies every route shares, as `Annotated` aliases: FastAPI documents them by itself (the
 bearer security scheme, the correlation request headers) and runs them per request.
 
-The contract middleware has already checked the token (before the rate limit) and rewritten the
-correlation headers to valid values by the time these run; checking the token again here keeps
-a route closed if it is ever served without the middleware.
+By the time these run, the route (api.contract.route.ContractRoute) has already checked the token,
+before the rate limit and before the body was read, and the contract middleware has rewritten the
+correlation headers to valid values. The token dependency is what documents the security scheme;
+it checks the token again (one comparison) so that an operation stays closed even if it were ever
+called some other way.
 """
 
 from __future__ import annotations

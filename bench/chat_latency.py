@@ -8,7 +8,7 @@ an LLM and one wired to an OpenAI-compatible stub server that answers after --ll
 
     .venv/bin/python bench/chat_latency.py [--n 200] [--llm-ms 300] [--turns 6,20]
 
-Baselines in the same run: GET /v1/version (the HTTP + contract middleware floor), and the graph
+Baselines in the same run: GET /v1/version (the HTTP + contract floor), and the graph
 in process with an injected retriever (the LangGraph + policy cost alone). Prints numbers; asserts
 nothing. On a shared 2-core machine expect noise: compare numbers from the same run.
 """

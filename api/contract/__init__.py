@@ -1,6 +1,7 @@
 """The HTTP contract every route follows, installed once by api.main.create_app.
 
-A route gets all of this without doing anything:
+A route of a router declared with `route_class=ContractRoute` gets all of this without doing
+anything else:
 
 - errors: raise `yana.errors.YanaError(code, message, status, retryable)`; every failure
   (validation, unknown route, body too large, unhandled exception) answers
@@ -22,8 +23,9 @@ A route gets all of this without doing anything:
   every route is also an MCP tool at /mcp named by its operation_id.
 
 Where it happens: the middleware (api.contract.middleware) wraps every response (correlation,
-timing, error body, access log); everything that depends on the route runs in the route itself,
-`api.contract.route.ContractRoute`, after routing and before FastAPI reads the body.
+timing, error body, access log); everything that depends on the route (auth, rate limit, body
+checks, idempotency, time limit, versions) runs in the route itself, `ContractRoute.handle`
+(api.contract.route), after FastAPI routed the request and before it reads the body.
 
 What a route must still write: its router's `route_class=ContractRoute`, an explicit
 `operation_id` (= MCP tool name), `tags`, a `response_model` deriving from `api.schemas.Envelope`,

@@ -6,7 +6,7 @@ A route declares what differs from the defaults once, in its decorator::
 
 The values are merged, later wins: built-in defaults -> the route's `contract(...)` ->
 ROUTE_POLICIES[operation_id] from settings (operators; every field but `public`, which only the
-route declares). The merged policy is what the middleware enforces and what the OpenAPI
+route declares). The merged policy is what the route enforces (api.contract.route) and what the OpenAPI
 document shows under `x-yana-contract`.
 """
 
@@ -90,7 +90,7 @@ def _coerce(values: dict) -> dict:
 
 @dataclass
 class ResolvedPolicy:
-    """A route's merged policy plus what the middleware derives from the route itself."""
+    """A route's merged policy plus what the contract derives from the route itself."""
 
     policy: RoutePolicy
     operation_id: str | None = None

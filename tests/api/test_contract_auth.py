@@ -76,6 +76,10 @@ def test_every_configured_token_is_accepted(locked):
         assert r.status_code == 200, r.text
     assert locked.get("/v1/jobs", headers={"Authorization": "bearer tok-beta-9876543210"}).status_code == 200
     assert_error(locked.get("/v1/does-not-exist", headers=bearer("tok-beta-9876543210")), 404, "NOT_FOUND")
+    # The trailing-slash redirect is the router's answer too: only to a caller with a token.
+    assert_error(locked.get("/v1/jobs/", follow_redirects=False), 401, "UNAUTHORIZED")
+    r = locked.get("/v1/jobs/", headers=bearer("tok-beta-9876543210"), follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"].endswith("/v1/jobs"), r.status_code
 
 
 def test_health_and_version_stay_open(locked):

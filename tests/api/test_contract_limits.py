@@ -3,10 +3,12 @@ operators (ROUTE_POLICIES)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from fastapi import APIRouter, FastAPI
 
-from api.contract import contract
+from api.contract import contract, include_router
 from api.contract.routing import RouteIndex
 from api.schemas import Envelope
 from tests.api.contract_support import assert_error, build_app, contract_server
@@ -100,6 +102,28 @@ def test_operators_cannot_make_a_route_public():
     by_op = {index.policy_of(rc).operation_id: index.policy_of(rc) for rc in index.routes()}
     assert not by_op["search"].policy.public and by_op["search"].timeout(settings) == 1
     assert by_op["version"].policy.public
+
+
+def test_a_route_without_the_contract_route_class_is_refused():
+    """A plain APIRoute would be served with no auth, rate limit or body cap: include_router
+    refuses its router, and an app that got it some other way refuses to start."""
+    plain = APIRouter()
+
+    @plain.get("/v1/plain", operation_id="plain", response_model=Envelope)
+    async def handler() -> dict:
+        return {}
+
+    app = build_app(with_probes=False)
+    with pytest.raises(TypeError, match="route_class=ContractRoute"):
+        include_router(app, plain)
+    app.include_router(plain)
+
+    async def start() -> None:
+        async with app.router.lifespan_context(app):
+            pass
+
+    with pytest.raises(RuntimeError, match="/v1/plain"):
+        asyncio.run(start())
 
 
 def test_contract_rejects_unknown_fields():
