@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.datastructures import URL, Headers
 from starlette.responses import RedirectResponse
-from starlette.routing import BaseRoute, Match, get_route_path
+from starlette.routing import BaseRoute, Match, Mount, Route, WebSocketRoute, get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.contract.admission import Admission
@@ -325,6 +325,8 @@ class GuardedRoute(BaseRoute):
         self.gate = gate
 
     def __getattr__(self, name: str) -> Any:  # path, name, methods...: the wrapped route's
+        if name == "route":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.route, name)
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
@@ -337,7 +339,7 @@ class GuardedRoute(BaseRoute):
         if scope["type"] != "http":
             await self.route.handle(scope, receive, send)
             return
-        rp = self.gate.policies.of_route(self.route)
+        rp = self.gate.policies.of_route(self)
         identity, body, receive = await self.gate.admit(scope, receive, rp)
         await self.gate.respond(scope, receive, send, rp, identity, body, self.route.handle)
 
@@ -389,18 +391,20 @@ class UnroutedRequests:
 
 
 def guard_routes(app: FastAPI, gate: RouteGate) -> None:
-    """Wrap what FastAPI and its add-ons put on the app itself in GuardedRoute; refuse a router
-    whose routes are plain APIRoutes (included with FastAPI's include_router and no route class),
-    which would otherwise be served without the contract. Run at install and again at startup."""
+    """Wrap the routes FastAPI and its add-ons put on the app itself in GuardedRoute; refuse any
+    other route that is not a ContractRoute (a router declared without the route class, included
+    with FastAPI's own include_router), which would otherwise be served without the contract.
+    Websockets are the middleware's (closed without a token). Run at install and at startup."""
     routes = app.router.routes
     for i, route in enumerate(routes):
-        if isinstance(route, (ContractRoute, GuardedRoute)) or type(route).__name__ == "_IncludedRouter":
-            continue
-        routes[i] = GuardedRoute(route, gate)
-    plain = [
-        rc.path_format
+        if isinstance(route, (Route, Mount)) and not isinstance(route, ContractRoute):
+            routes[i] = GuardedRoute(route, gate)
+    unguarded = [
+        rc.path_format or rc.path
         for rc in iter_route_contexts(routes)
-        if isinstance(rc.original_route, APIRoute) and not isinstance(rc.original_route, ContractRoute)
+        if not isinstance(rc.original_route, (ContractRoute, GuardedRoute, WebSocketRoute))
     ]
-    if plain:
-        raise RuntimeError(f"routes without the contract: {plain}; declare their router with route_class=ContractRoute")
+    if unguarded:
+        raise RuntimeError(
+            f"routes without the contract: {unguarded}; declare their router with route_class=ContractRoute"
+        )

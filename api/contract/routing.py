@@ -41,14 +41,12 @@ class RouteIndex:
         return self._policies.get(id(route_ctx)) or resolve(route_ctx, self.settings)
 
     def of_route(self, route: Any) -> ResolvedPolicy:
-        """The policy of a route object of this app as it was included (found again after routes
-        are added: the index is rebuilt when it does not know the route)."""
+        """The policy of a route of this app, as it was included (the index is rebuilt when it
+        does not know the route: one added since)."""
         found = self._by_route.get(id(route))
         if found is None or found[0] is not route:
             self.rebuild()
             found = self._by_route.get(id(route))
-        if found is None or found[0] is not route:  # not reachable from the app's routes
-            policy = resolve(route, self.settings)
-            self._by_route[id(route)] = (route, policy)
-            return policy
+        if found is None or found[0] is not route:  # not among the app's routes: as it stands
+            return resolve(route, self.settings)
         return found[1]
