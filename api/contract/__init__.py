@@ -64,10 +64,11 @@ from fastapi.routing import APIRoute
 from api.contract.admission import INTERNAL_HEADER
 from api.contract.auth import BearerAuth
 from api.contract.errors import install_error_handlers
+from api.contract.gate import RouteGate
 from api.contract.middleware import ContractMiddleware
 from api.contract.openapi import install_openapi
 from api.contract.policy import RoutePolicy, contract, declared_public
-from api.contract.route import ContractRoute, RouteGate, UnroutedRequests, guard_routes
+from api.contract.route import ContractRoute, UnroutedRequests, guard_routes
 from yana import logging as ylog
 from yana.settings import get_settings
 

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.contract.route import POLICY_KEY
+from api.contract.gate import POLICY_KEY
 from yana import context
 from yana.errors import CODE_OF_STATUS, ERRORS, ErrorCode, YanaError, internal
 

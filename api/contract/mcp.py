@@ -36,8 +36,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from api.contract.body import json_request
 from api.contract.errors import error_response, from_exception
+from api.contract.gate import RouteGate
 from api.contract.policy import ResolvedPolicy
-from api.contract.route import ContractRoute, RouteGate
+from api.contract.route import ContractRoute
 from yana import context
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings

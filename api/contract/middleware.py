@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.contract import correlation
 from api.contract.auth import BearerAuth, bearer_token
 from api.contract.errors import error_response, from_exception
-from api.contract.route import POLICY_KEY
+from api.contract.gate import POLICY_KEY
 from yana import context
 
 access_log = logging.getLogger("yana.access")

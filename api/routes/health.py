@@ -22,7 +22,7 @@ from pydantic import Field
 
 from api.contract import ContractRoute, contract
 from api.contract.errors import last_error
-from api.contract.route import app_redis
+from api.contract.gate import app_redis
 from api.schemas import ERRORS, Envelope
 from pipelines.chat.health import circuit_problem
 from pipelines.chat.persona import policy_self_check
