@@ -55,6 +55,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
 
 
+def pytest_collection_finish(session):
+    """The benches' tiny runs start now, beside the rest of the session (tests/test_benches.py)."""
+    from tests import test_benches
+
+    scripts = test_benches.selected_scripts(session.items)
+    if scripts and not session.config.option.collectonly:
+        session.config.stash[test_benches.BENCH_RUNS] = test_benches.BenchRuns(scripts)
+
+
+def pytest_sessionfinish(session):
+    from tests import test_benches
+
+    runs = session.config.stash.get(test_benches.BENCH_RUNS, None)
+    if runs is not None:
+        runs.stop()
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory) -> TestStack:
     s = start_stack(tmp_path_factory.mktemp("stack"))

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,43 +62,83 @@ def test_every_bench_has_a_tiny_size():
     assert {p.name for p in (ROOT / "bench").glob("*.py")} == set(TINY)
 
 
-# Run side by side, longest first: most of a tiny run is starting and waiting for processes, so
-# three at a time on two cores take about half the time one after the other did (CI's 25 minutes).
-PARALLEL = 3
-LONGEST_FIRST = ("fault_run.py", "retrieve_eval.py", "failover_recovery.py", "identity_eval.py", "think_eval.py")
+# The tiny runs start when collection ends (tests/conftest.py: pytest_collection_finish), two at a
+# time, longest first, and overlap the rest of the session: a stack test mostly waits on processes
+# it started, and the runs used to take ~6 minutes of CI's 25 at the end, one after the other.
+PARALLEL = 2
+LONGEST_FIRST = ("fault_run.py", "neardup_eval.py", "think_eval.py", "failover_recovery.py", "blob_ingest.py")
+TIMEOUT_S = 600
 
 
-def _run(script: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), *TINY[script]],
-        cwd=ROOT,
-        env=processes.child_env(),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    return proc, time.monotonic() - t0
+class BenchRuns:
+    """The selected benches' tiny runs, in threads, each a subprocess with the environment as it
+    was when collection ended (tests change os.environ as they run); `stop` kills what still runs
+    when the session ends early."""
+
+    def __init__(self, scripts: set[str]):
+        self.env = processes.child_env()
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="bench")
+        order = list(dict.fromkeys(s for s in (*LONGEST_FIRST, *sorted(TINY)) if s in scripts))
+        self.futures: dict[str, Future] = {script: self.pool.submit(self._run, script) for script in order}
+
+    def _run(self, script: str) -> tuple[int, str, str, float]:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / script), *TINY[script]],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with self.lock:
+            self.procs.add(proc)
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += f"\n(killed after {TIMEOUT_S} s)"
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+        return proc.returncode, out, err, time.monotonic() - t0
+
+    def stop(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.lock:
+            for proc in self.procs:
+                proc.kill()
+        self.pool.shutdown(wait=True)
+
+
+def selected_scripts(items) -> set[str]:
+    """The benches this session runs (`-k memory` starts one)."""
+    return {
+        item.callspec.params["script"]
+        for item in items
+        if getattr(item, "originalname", "") == "test_bench_runs_at_a_tiny_size"
+    }
+
+
+BENCH_RUNS = pytest.StashKey[BenchRuns]()
 
 
 @pytest.fixture(scope="module")
-def bench_runs(request):
-    selected = {  # only the benches this session runs (`-k memory` starts one)
-        item.callspec.params["script"]
-        for item in request.session.items
-        if getattr(item, "originalname", "") == "test_bench_runs_at_a_tiny_size"
-    }
-    order = [s for s in (*LONGEST_FIRST, *sorted(TINY)) if s in selected]
-    order = list(dict.fromkeys(order))
-    with ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="bench") as pool:
-        yield {script: pool.submit(_run, script) for script in order}
+def bench_runs(request) -> dict[str, Future]:
+    runs = request.config.stash.get(BENCH_RUNS, None)
+    if runs is None:  # collected without conftest's hook (not expected): start them now
+        runs = request.config.stash[BENCH_RUNS] = BenchRuns(selected_scripts(request.session.items))
+    return runs.futures
 
 
 @pytest.mark.stack  # each bench starts its own processes
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_bench_runs_at_a_tiny_size(script, bench_runs):
-    proc, took = bench_runs[script].result()
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    assert re.search(r"\d", proc.stdout), f"{script} printed no numbers:\n{out[-2000:]}"
+    returncode, stdout, stderr, took = bench_runs[script].result()
+    out = stdout + stderr
+    assert returncode == 0, out[-3000:]
+    assert re.search(r"\d", stdout), f"{script} printed no numbers:\n{out[-2000:]}"
     print(f"{script}: {took:.1f}s")
