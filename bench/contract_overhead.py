@@ -27,10 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 from fastapi import APIRouter, FastAPI  # noqa: E402
 
+from api.contract import ContractRoute  # noqa: E402
 from api.schemas import Envelope  # noqa: E402
 from cli import processes  # noqa: E402
 
-bench = APIRouter(tags=["bench"])
+bench = APIRouter(tags=["bench"], route_class=ContractRoute)
+plain = APIRouter(tags=["bench"])  # the baseline's: FastAPI's own route class
 
 
 class Pong(Envelope):
@@ -38,6 +40,7 @@ class Pong(Envelope):
 
 
 @bench.get("/bench/ping", operation_id="bench_ping", response_model=Pong)
+@plain.get("/bench/ping", operation_id="bench_ping", response_model=Pong)
 async def ping() -> dict:
     return {"ok": True}
 
@@ -77,7 +80,7 @@ async def main(n: int, redis_url: str) -> None:
     baseline = FastAPI()
     for r in ROUTERS:
         baseline.include_router(r)
-    baseline.include_router(bench)
+    baseline.include_router(plain)
     install_error_handlers(baseline)
 
     from api.main import create_app
@@ -96,6 +99,10 @@ async def main(n: int, redis_url: str) -> None:
         await timed(b, "/bench/ping", 200)
         await timed(c, "/v1/version", 200)
         await timed(c, "/bench/ping", 200, auth)
+        # The protected route must really be checked (a route the contract does not cover would
+        # measure nothing): no token is a 401.
+        unauthorised = await c.get("/bench/ping")
+        assert unauthorised.status_code == 401, unauthorised.text
         base = await timed(b, "/bench/ping", n)
         public = await timed(c, "/v1/version", n)
         protected = await timed(c, "/bench/ping", n, auth)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -111,8 +111,22 @@ def install_contract(app: FastAPI) -> None:
     guard_routes(app, gate)
     app.router.default = UnroutedRequests(app, gate)
     _guard_routes_at_startup(app, gate)
-    app.add_middleware(ContractMiddleware, auth=app.state.auth)
+    app.add_middleware(ContractMiddleware, auth=app.state.auth, guard=_guard_when_routes_change(app, gate))
     install_openapi(app, gate.policies, settings)
+
+
+def _guard_when_routes_change(app: FastAPI, gate: RouteGate) -> Callable[[], None]:
+    """guard_routes before a request whenever the app's route list has grown since the last check:
+    an app served without a lifespan (a bare ASGI transport), or given a route after startup, is
+    still closed by default (a route without the contract answers 500, never unchecked)."""
+    checked = [len(app.router.routes)]
+
+    def guard() -> None:
+        if len(app.router.routes) != checked[0]:
+            guard_routes(app, gate)
+            checked[0] = len(app.router.routes)
+
+    return guard
 
 
 def _guard_routes_at_startup(app: FastAPI, gate: RouteGate) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -49,9 +50,10 @@ def keep_encoded_slashes(scope: Scope) -> None:
 
 
 class ContractMiddleware:
-    def __init__(self, app: ASGIApp, *, auth: BearerAuth):
+    def __init__(self, app: ASGIApp, *, auth: BearerAuth, guard: Callable[[], None]):
         self.app = app
         self.auth = auth
+        self.guard = guard  # refuses to serve a route added without the contract (api.contract)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # No route takes websockets today; one added later is closed to callers without a token.
@@ -85,6 +87,7 @@ class ContractMiddleware:
             await send(message)
 
         try:
+            self.guard()
             await self.app(scope, receive, send_out)
         except Exception as exc:  # noqa: BLE001 - every failure leaves as the seed's error body
             err = from_exception(exc)

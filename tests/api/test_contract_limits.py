@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 
@@ -124,6 +125,28 @@ def test_a_route_without_the_contract_route_class_is_refused():
 
     with pytest.raises(RuntimeError, match="/v1/plain"):
         asyncio.run(start())
+
+
+def test_a_route_without_the_contract_is_not_served_without_a_lifespan_either():
+    """Served with no startup (a bare ASGI transport), a plain route added after install_contract
+    is refused at the first request (500, the error body), never answered unchecked."""
+    plain = APIRouter()
+
+    @plain.get("/v1/plain", operation_id="plain", response_model=Envelope)
+    async def handler() -> dict:
+        return {"served": True}
+
+    app = build_app(with_probes=False)
+    app.include_router(plain)
+
+    async def call() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.get("/v1/plain")
+
+    r = asyncio.run(call())
+    assert r.status_code == 500, r.text
+    assert "served" not in r.text
+    assert r.json()["error"]["code"]
 
 
 def test_contract_rejects_unknown_fields():
