@@ -252,6 +252,12 @@ def main() -> int:
         action="store_true",
         help="one more row per mode on the same readings, agreement judged on surely read values only (before)",
     )
+    ap.add_argument(
+        "--picture-rows",
+        action="store_true",
+        help="per mode, two more rows on the same readings: the aligned picture check off (before), and"
+        " the picture accepting where the text does not agree (decision.PICTURE_ACCEPTS_UNAGREED)",
+    )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
     args = ap.parse_args()
@@ -326,6 +332,19 @@ def main() -> int:
                         print(f"  {mode} sure-only: done in {rows[-1]['wall_s']:.0f}s", flush=True)
                 finally:
                     readings.said_fields = said_fields  # type: ignore[assignment]
+            if args.picture_rows:
+                saved_p = decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED
+                try:
+                    for label, flags in (
+                        ("picture check off", (False, False, False)),
+                        ("picture accepts unagreed text", (True, True, True)),
+                    ):
+                        decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = flags
+                        for mode in args.modes.split(","):
+                            rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} ({label})"})
+                            print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
+                finally:
+                    decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = saved_p
             if args.scores:
                 pair_scores(data, r)
         finally:

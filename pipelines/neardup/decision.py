@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 from PIL import Image
 
-from pipelines.neardup import verifier
+from pipelines.neardup import picture, verifier
 
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
@@ -65,6 +65,17 @@ TEXT_AGREE_MAX_SCORE = 4.0
 # fields-agree limit drops to this (the same brand and product on another design or edition; tune
 # split: 4 / 2 / 1 false merges of 180 at 4.0 / 2.0 / 1.0, full-fields recall 0.650 / 0.517 / 0.500).
 FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
+# The aligned picture check (pipelines.neardup.picture) where the read text agrees: a candidate
+# whose stored picture is not the same printed picture (an edition: the same text in another
+# palette, frame, ornament or layout) is never the same label, whatever the grey-only score says
+# (PICTURE_VETO); and one whose picture is the same is the same label though the grey-only score
+# does not pass (PICTURE_ACCEPTS: two photographs' own perspective, margin, background and glare
+# spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
+# (a product line shares its picture; only the text it prints differs), unless
+# PICTURE_ACCEPTS_UNAGREED (measured, off). Entries stored before pictures were kept skip the check.
+PICTURE_VETO = True
+PICTURE_ACCEPTS = True
+PICTURE_ACCEPTS_UNAGREED = False
 
 
 def read_conflict(a: dict, b: dict) -> str | None:
@@ -131,7 +142,9 @@ def fields_digest(fields: dict | None) -> str:
     return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
-def make_entry(sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None) -> str:
+def make_entry(
+    sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None, pic: bytes | None = None
+) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
     packed = zlib.compress(sig, 6)
@@ -147,6 +160,8 @@ def make_entry(sig: bytes, fields: dict | None, read: dict | None = None, said: 
     everything = _read_keys(said)
     if everything and everything != sure:  # only when it says more than "read" (Redis holds one per image)
         doc["said"] = everything
+    if pic:  # the aligned picture check's picture (picture.encode: a small JPEG)
+        doc["p"] = base64.b64encode(pic).decode("ascii")
     return orjson.dumps(doc).decode()
 
 
@@ -190,6 +205,13 @@ class Verifier:
         default_factory=dict
     )  # every value read off it, however surely (verifier_for: at least `read`): agreement
     judged: list[dict] = field(default_factory=list)
+    pic: bytes = b""  # the query's picture as stored (picture.encode), for the aligned picture check
+    _pic_array: Any = None
+
+    def _picture_parts(self, stored_pic: str) -> picture.Parts:
+        if self._pic_array is None:
+            self._pic_array = picture.decode(self.pic)
+        return picture.compare(self._pic_array, picture.decode(base64.b64decode(stored_pic)))
 
     @property
     def text_digest(self) -> str:
@@ -211,8 +233,9 @@ class Verifier:
 
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
-        # (verdict row, signature, grey-only score, its limit, text agrees and fields do not)
-        to_compare: list[tuple[int, bytes, bool, float, bool]] = []
+        # (verdict row, signature, grey-only score, its limit, text agrees and fields do not, the
+        # candidate's stored picture where the picture check applies)
+        to_compare: list[tuple[int, bytes, bool, float, bool, str | None]] = []
         blank = not has_content(self.view.luma)
         for label_id, distance, entry in candidates:
             sig, theirs = parse_entry(entry)
@@ -231,7 +254,10 @@ class Verifier:
             else:
                 loose, limit, reason, text_only = self._image_check(theirs, stored)
                 verdict = {"same": False, "reason": reason}
-                to_compare.append((len(verdicts), sig, loose, limit, text_only))
+                agrees = text_agrees(self.said, stored_said(theirs))
+                checked = agrees or PICTURE_ACCEPTS_UNAGREED
+                pic = theirs.get("p") if self.pic and checked else None
+                to_compare.append((len(verdicts), sig, loose, limit, text_only, pic))
             verdicts.append((label_id, distance, verdict))
         scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
         # agreeing text (fields not) never loses what the strict check alone would find
@@ -239,11 +265,22 @@ class Verifier:
         strict = dict(
             zip(strict_rows, verifier.verify_many(self.view, [to_compare[j][1] for j in strict_rows]), strict=True)
         )
-        for j, ((row, _sig, _loose, limit, _text), score) in enumerate(zip(to_compare, scores, strict=True)):
+        for j, ((row, _sig, _loose, limit, _text, pic), score) in enumerate(zip(to_compare, scores, strict=True)):
             same = score <= limit
             if not same and j in strict and strict[j] <= 1.0:
                 same, score = True, strict[j]
-            verdicts[row][2].update(same=same, score=round(score, 4))
+            verdict = verdicts[row][2]
+            if pic is not None:
+                parts = self._picture_parts(pic)
+                verdict["picture"] = parts.summary()
+                if picture.same_picture(parts):
+                    if not same and (PICTURE_ACCEPTS or PICTURE_ACCEPTS_UNAGREED):
+                        same = True
+                        verdict["reason"] += ", picture agrees"
+                elif PICTURE_VETO and same:
+                    same = False
+                    verdict["reason"] += ", picture differs"
+            verdict.update(same=same, score=round(score, 4))
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
             self.judged.append({"label_id": label_id, "distance": distance, **verdict})
@@ -268,11 +305,12 @@ def verifier_for(
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
     match; `said`: every value read, which can agree; both from OCR, optional)."""
     view = verifier.query_view(image)
+    pic = picture.encode(image)
     fields = (fields or {}) if use_fields else {}
     read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
     said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
     return (
-        make_entry(view.sig, fields, read, said),
+        make_entry(view.sig, fields, read, said, pic),
         fields_digest(fields),
-        Verifier(view, fields, legacy_threshold, use_fields, read, said),
+        Verifier(view, fields, legacy_threshold, use_fields, read, said, pic=pic),
     )
