@@ -72,7 +72,7 @@ FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 # does not pass (PICTURE_ACCEPTS: two photographs' own perspective, margin, background and glare
 # spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
 # (a product line shares its picture; only the text it prints differs), unless
-# PICTURE_ACCEPTS_UNAGREED (measured, off). Entries stored before pictures were kept skip the check.
+# PICTURE_ACCEPTS_UNAGREED (measured, off) and the text is at least consistent (text_consistent). Entries stored before pictures were kept skip the check.
 PICTURE_VETO = True
 PICTURE_ACCEPTS = True
 PICTURE_ACCEPTS_UNAGREED = False
@@ -94,6 +94,18 @@ def text_agrees(a: dict, b: dict) -> bool:
     said_a = {k: _read_norm(a.get(k)) for k in READ_KEYS if _read_norm(a.get(k))}
     said_b = {k: _read_norm(b.get(k)) for k in READ_KEYS if _read_norm(b.get(k))}
     return said_a == said_b and "brand_name" in said_a and len(said_a) >= 2
+
+
+def text_consistent(a: dict, b: dict) -> bool:
+    """Weaker than text_agrees: the brand read alike off both and no value read off both (however
+    surely) differs; a field read off one side only is allowed (the OCR missed it on the other)."""
+    brand = _read_norm(a.get("brand_name"))
+    if not brand or brand != _read_norm(b.get("brand_name")):
+        return False
+    return all(
+        not (_read_norm(a.get(k)) and _read_norm(b.get(k))) or _read_norm(a.get(k)) == _read_norm(b.get(k))
+        for k in READ_KEYS
+    )
 
 
 def text_digest(read: dict | None) -> str:
@@ -255,7 +267,7 @@ class Verifier:
                 loose, limit, reason, text_only = self._image_check(theirs, stored)
                 verdict = {"same": False, "reason": reason}
                 agrees = text_agrees(self.said, stored_said(theirs))
-                checked = agrees or PICTURE_ACCEPTS_UNAGREED
+                checked = agrees or (PICTURE_ACCEPTS_UNAGREED and text_consistent(self.said, stored_said(theirs)))
                 pic = theirs.get("p") if self.pic and checked else None
                 to_compare.append((len(verdicts), sig, loose, limit, text_only, pic))
             verdicts.append((label_id, distance, verdict))
