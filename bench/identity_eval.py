@@ -226,6 +226,27 @@ def pair_scores(data: dict, r) -> None:
         print(f"  text does not agree: scores {sorted(x['score'] for x in rows if not x['agrees'])}")
 
 
+def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]:
+    """Per mode, on the same readings: the aligned picture check off (the decision before it), and
+    the picture accepting where the text is only consistent (decision.PICTURE_ACCEPTS_UNAGREED)."""
+    from pipelines.neardup import decision
+
+    rows = []
+    saved = decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED
+    try:
+        for label, flags in (
+            ("picture check off", (False, False, False)),
+            ("picture accepts unagreed text", (True, True, True)),
+        ):
+            decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = flags
+            for mode in modes:
+                rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} ({label})"})
+                print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
+    finally:
+        decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = saved
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
@@ -332,19 +353,7 @@ def main() -> int:
                         print(f"  {mode} sure-only: done in {rows[-1]['wall_s']:.0f}s", flush=True)
                 finally:
                     readings.said_fields = said_fields  # type: ignore[assignment]
-            if args.picture_rows:
-                saved_p = decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED
-                try:
-                    for label, flags in (
-                        ("picture check off", (False, False, False)),
-                        ("picture accepts unagreed text", (True, True, True)),
-                    ):
-                        decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = flags
-                        for mode in args.modes.split(","):
-                            rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} ({label})"})
-                            print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
-                finally:
-                    decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = saved_p
+            rows += picture_rows(args.modes.split(","), data, r=r, s=s, tmp=tmp) if args.picture_rows else []
             if args.scores:
                 pair_scores(data, r)
         finally:

@@ -225,6 +225,19 @@ class Verifier:
             self._pic_array = picture.decode(self.pic)
         return picture.compare(self._pic_array, picture.decode(base64.b64decode(stored_pic)))
 
+    def _picture_verdict(self, verdict: dict[str, Any], same: bool, stored_pic: str) -> bool:
+        """The aligned picture check's say on a candidate the signature judged `same` or not."""
+        parts = self._picture_parts(stored_pic)
+        verdict["picture"] = parts.summary()
+        if picture.same_picture(parts):
+            if not same and (PICTURE_ACCEPTS or PICTURE_ACCEPTS_UNAGREED):
+                verdict["reason"] += ", picture agrees"
+                return True
+        elif PICTURE_VETO and same:
+            verdict["reason"] += ", picture differs"
+            return False
+        return same
+
     @property
     def text_digest(self) -> str:
         """The read-the-same set this image's candidates by text come from (and it joins)."""
@@ -283,15 +296,7 @@ class Verifier:
                 same, score = True, strict[j]
             verdict = verdicts[row][2]
             if pic is not None:
-                parts = self._picture_parts(pic)
-                verdict["picture"] = parts.summary()
-                if picture.same_picture(parts):
-                    if not same and (PICTURE_ACCEPTS or PICTURE_ACCEPTS_UNAGREED):
-                        same = True
-                        verdict["reason"] += ", picture agrees"
-                elif PICTURE_VETO and same:
-                    same = False
-                    verdict["reason"] += ", picture differs"
+                same = self._picture_verdict(verdict, same, pic)
             verdict.update(same=same, score=round(score, 4))
         best: Match | None = None
         for label_id, distance, verdict in verdicts:

@@ -124,8 +124,8 @@ def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
     good = [m[0] for m in pairs if len(m) == 2 and m[0].distance < 0.8 * m[1].distance]
     if len(good) < MIN_INLIERS:
         return NOT_ALIGNED
-    src = np.float32([kq[m.queryIdx].pt for m in good]).reshape(-1, 1, 2)
-    dst = np.float32([kc[m.trainIdx].pt for m in good]).reshape(-1, 1, 2)
+    src = np.array([kq[m.queryIdx].pt for m in good], np.float32).reshape(-1, 1, 2)
+    dst = np.array([kc[m.trainIdx].pt for m in good], np.float32).reshape(-1, 1, 2)
     hom, mask = cv2.findHomography(src, dst, cv2.RANSAC, 3.0, maxIters=2000, confidence=0.995)
     if hom is None or mask is None:
         return NOT_ALIGNED
