@@ -19,11 +19,13 @@ way, like agreeing fields: images whose reading gives the same brand are candida
 distance (the index's read-the-same set, `text_digest`), and when the same fields were read off
 both (`said`: every value read, however surely), all equal, the brand and at least one more
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
-check). Agreeing uploader fields with readings on both sides that do not agree get the
+check), and then the aligned picture check (pipelines.neardup.picture, on the pictures both entries
+keep) has the last word: another picture (an edition: the same text in another design) vetoes, the
+same picture merges what the grey-only score kept apart. Agreeing uploader fields with readings on both sides that do not agree get the
 tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
-when that is smaller, and the three fields),
+when that is smaller, the three fields, what was read, and the picture: ~17 KB),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
 """
 
