@@ -25,7 +25,7 @@ same picture merges what the grey-only score kept apart. Agreeing uploader field
 tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
-when that is smaller, the three fields, what was read, and the picture: ~17 KB),
+when that is smaller, the three fields, what was read, and the picture: 11-19 KB),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
 """
 
