@@ -21,8 +21,9 @@ both (`said`: every value read, however surely), all equal, the brand and at lea
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
 check), and then the aligned picture check (pipelines.neardup.picture, on the pictures both entries
 keep) has the last word: another picture (an edition: the same text in another design) vetoes, the
-same picture merges what the grey-only score kept apart. Agreeing uploader fields with readings on both sides that do not agree get the
-tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
+same picture merges what the grey-only score kept apart. Agreeing uploader fields with readings on
+both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
+and product on another design).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
 when that is smaller, the three fields, what was read, and the picture: 11-19 KB),
@@ -74,7 +75,8 @@ FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 # does not pass (PICTURE_ACCEPTS: two photographs' own perspective, margin, background and glare
 # spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
 # (a product line shares its picture; only the text it prints differs), unless
-# PICTURE_ACCEPTS_UNAGREED (measured, off) and the text is at least consistent (text_consistent). Entries stored before pictures were kept skip the check.
+# PICTURE_ACCEPTS_UNAGREED (measured, off) and the text is at least consistent (text_consistent).
+# Entries stored before pictures were kept skip the check. Measured in docs/ocr.md (images only).
 PICTURE_VETO = True
 PICTURE_ACCEPTS = True
 PICTURE_ACCEPTS_UNAGREED = False
@@ -220,7 +222,7 @@ class Verifier:
     )  # every value read off it, however surely (verifier_for: at least `read`): agreement
     judged: list[dict] = field(default_factory=list)
     pic: bytes = b""  # the query's picture as stored (picture.encode), for the aligned picture check
-    _pic_array: Any = None
+    _pic_array: Any = field(default=None, repr=False, compare=False)  # self.pic decoded, once
 
     def _picture_parts(self, stored_pic: str) -> picture.Parts:
         if self._pic_array is None:
