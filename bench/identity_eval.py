@@ -226,6 +226,27 @@ def pair_scores(data: dict, r) -> None:
         print(f"  text does not agree: scores {sorted(x['score'] for x in rows if not x['agrees'])}")
 
 
+def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]:
+    """Per mode, on the same readings: the aligned picture check off (the decision before it), and
+    the picture accepting where the text is only consistent (decision.PICTURE_ACCEPTS_UNAGREED)."""
+    from pipelines.neardup import decision
+
+    rows = []
+    saved = decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED
+    try:
+        for label, flags in (
+            ("picture check off", (False, False, False)),
+            ("picture accepts unagreed text", (True, True, True)),
+        ):
+            decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = flags
+            for mode in modes:
+                rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} ({label})"})
+                print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
+    finally:
+        decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = saved
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
@@ -251,6 +272,12 @@ def main() -> int:
         "--sure-only",
         action="store_true",
         help="one more row per mode on the same readings, agreement judged on surely read values only (before)",
+    )
+    ap.add_argument(
+        "--picture-rows",
+        action="store_true",
+        help="per mode, two more rows on the same readings: the aligned picture check off (before), and"
+        " the picture accepting where the text does not agree (decision.PICTURE_ACCEPTS_UNAGREED)",
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
@@ -326,6 +353,7 @@ def main() -> int:
                         print(f"  {mode} sure-only: done in {rows[-1]['wall_s']:.0f}s", flush=True)
                 finally:
                     readings.said_fields = said_fields  # type: ignore[assignment]
+            rows += picture_rows(args.modes.split(","), data, r=r, s=s, tmp=tmp) if args.picture_rows else []
             if args.scores:
                 pair_scores(data, r)
         finally:

@@ -19,11 +19,14 @@ way, like agreeing fields: images whose reading gives the same brand are candida
 distance (the index's read-the-same set, `text_digest`), and when the same fields were read off
 both (`said`: every value read, however surely), all equal, the brand and at least one more
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
-check). Agreeing uploader fields with readings on both sides that do not agree get the
-tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand and product on another design).
+check), and then the aligned picture check (pipelines.neardup.picture, on the pictures both entries
+keep) has the last word: another picture (an edition: the same text in another design) vetoes, the
+same picture merges what the grey-only score kept apart. Agreeing uploader fields with readings on
+both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
+and product on another design).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
-when that is smaller, and the three fields),
+when that is smaller, the three fields, what was read, and the picture: 11-19 KB),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
 """
 
@@ -39,7 +42,7 @@ from typing import Any
 import orjson
 from PIL import Image
 
-from pipelines.neardup import verifier
+from pipelines.neardup import picture, verifier
 
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
@@ -65,6 +68,18 @@ TEXT_AGREE_MAX_SCORE = 4.0
 # fields-agree limit drops to this (the same brand and product on another design or edition; tune
 # split: 4 / 2 / 1 false merges of 180 at 4.0 / 2.0 / 1.0, full-fields recall 0.650 / 0.517 / 0.500).
 FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
+# The aligned picture check (pipelines.neardup.picture) where the read text agrees: a candidate
+# whose stored picture is not the same printed picture (an edition: the same text in another
+# palette, frame, ornament or layout) is never the same label, whatever the grey-only score says
+# (PICTURE_VETO); and one whose picture is the same is the same label though the grey-only score
+# does not pass (PICTURE_ACCEPTS: two photographs' own perspective, margin, background and glare
+# spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
+# (a product line shares its picture; only the text it prints differs), unless
+# PICTURE_ACCEPTS_UNAGREED (measured, off) and the text is at least consistent (text_consistent).
+# Entries stored before pictures were kept skip the check. Measured in docs/ocr.md (images only).
+PICTURE_VETO = True
+PICTURE_ACCEPTS = True
+PICTURE_ACCEPTS_UNAGREED = False
 
 
 def read_conflict(a: dict, b: dict) -> str | None:
@@ -83,6 +98,18 @@ def text_agrees(a: dict, b: dict) -> bool:
     said_a = {k: _read_norm(a.get(k)) for k in READ_KEYS if _read_norm(a.get(k))}
     said_b = {k: _read_norm(b.get(k)) for k in READ_KEYS if _read_norm(b.get(k))}
     return said_a == said_b and "brand_name" in said_a and len(said_a) >= 2
+
+
+def text_consistent(a: dict, b: dict) -> bool:
+    """Weaker than text_agrees: the brand read alike off both and no value read off both (however
+    surely) differs; a field read off one side only is allowed (the OCR missed it on the other)."""
+    brand = _read_norm(a.get("brand_name"))
+    if not brand or brand != _read_norm(b.get("brand_name")):
+        return False
+    return all(
+        not (_read_norm(a.get(k)) and _read_norm(b.get(k))) or _read_norm(a.get(k)) == _read_norm(b.get(k))
+        for k in READ_KEYS
+    )
 
 
 def text_digest(read: dict | None) -> str:
@@ -131,7 +158,9 @@ def fields_digest(fields: dict | None) -> str:
     return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
-def make_entry(sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None) -> str:
+def make_entry(
+    sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None, pic: bytes | None = None
+) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
     packed = zlib.compress(sig, 6)
@@ -147,6 +176,8 @@ def make_entry(sig: bytes, fields: dict | None, read: dict | None = None, said: 
     everything = _read_keys(said)
     if everything and everything != sure:  # only when it says more than "read" (Redis holds one per image)
         doc["said"] = everything
+    if pic:  # the aligned picture check's picture (picture.encode: a small JPEG)
+        doc["p"] = base64.b64encode(pic).decode("ascii")
     return orjson.dumps(doc).decode()
 
 
@@ -190,6 +221,26 @@ class Verifier:
         default_factory=dict
     )  # every value read off it, however surely (verifier_for: at least `read`): agreement
     judged: list[dict] = field(default_factory=list)
+    pic: bytes = b""  # the query's picture as stored (picture.encode), for the aligned picture check
+    _pic_array: Any = field(default=None, repr=False, compare=False)  # self.pic decoded, once
+
+    def _picture_parts(self, stored_pic: str) -> picture.Parts:
+        if self._pic_array is None:
+            self._pic_array = picture.decode(self.pic)
+        return picture.compare(self._pic_array, picture.decode(base64.b64decode(stored_pic)))
+
+    def _picture_verdict(self, verdict: dict[str, Any], same: bool, stored_pic: str) -> bool:
+        """The aligned picture check's say on a candidate the signature judged `same` or not."""
+        parts = self._picture_parts(stored_pic)
+        verdict["picture"] = parts.summary()
+        if picture.same_picture(parts):
+            if not same and (PICTURE_ACCEPTS or PICTURE_ACCEPTS_UNAGREED):
+                verdict["reason"] += ", picture agrees"
+                return True
+        elif PICTURE_VETO and same:
+            verdict["reason"] += ", picture differs"
+            return False
+        return same
 
     @property
     def text_digest(self) -> str:
@@ -211,8 +262,9 @@ class Verifier:
 
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
-        # (verdict row, signature, grey-only score, its limit, text agrees and fields do not)
-        to_compare: list[tuple[int, bytes, bool, float, bool]] = []
+        # (verdict row, signature, grey-only score, its limit, text agrees and fields do not, the
+        # candidate's stored picture where the picture check applies)
+        to_compare: list[tuple[int, bytes, bool, float, bool, str | None]] = []
         blank = not has_content(self.view.luma)
         for label_id, distance, entry in candidates:
             sig, theirs = parse_entry(entry)
@@ -231,7 +283,10 @@ class Verifier:
             else:
                 loose, limit, reason, text_only = self._image_check(theirs, stored)
                 verdict = {"same": False, "reason": reason}
-                to_compare.append((len(verdicts), sig, loose, limit, text_only))
+                agrees = text_agrees(self.said, stored_said(theirs))
+                checked = agrees or (PICTURE_ACCEPTS_UNAGREED and text_consistent(self.said, stored_said(theirs)))
+                pic = theirs.get("p") if self.pic and checked else None
+                to_compare.append((len(verdicts), sig, loose, limit, text_only, pic))
             verdicts.append((label_id, distance, verdict))
         scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
         # agreeing text (fields not) never loses what the strict check alone would find
@@ -239,11 +294,14 @@ class Verifier:
         strict = dict(
             zip(strict_rows, verifier.verify_many(self.view, [to_compare[j][1] for j in strict_rows]), strict=True)
         )
-        for j, ((row, _sig, _loose, limit, _text), score) in enumerate(zip(to_compare, scores, strict=True)):
+        for j, ((row, _sig, _loose, limit, _text, pic), score) in enumerate(zip(to_compare, scores, strict=True)):
             same = score <= limit
             if not same and j in strict and strict[j] <= 1.0:
                 same, score = True, strict[j]
-            verdicts[row][2].update(same=same, score=round(score, 4))
+            verdict = verdicts[row][2]
+            if pic is not None:
+                same = self._picture_verdict(verdict, same, pic)
+            verdict.update(same=same, score=round(score, 4))
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
             self.judged.append({"label_id": label_id, "distance": distance, **verdict})
@@ -268,11 +326,12 @@ def verifier_for(
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
     match; `said`: every value read, which can agree; both from OCR, optional)."""
     view = verifier.query_view(image)
+    pic = picture.encode(image)
     fields = (fields or {}) if use_fields else {}
     read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
     said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
     return (
-        make_entry(view.sig, fields, read, said),
+        make_entry(view.sig, fields, read, said, pic),
         fields_digest(fields),
-        Verifier(view, fields, legacy_threshold, use_fields, read, said),
+        Verifier(view, fields, legacy_threshold, use_fields, read, said, pic=pic),
     )

@@ -1,0 +1,90 @@
+"""The aligned picture check's parts on pairs of photographs (no OCR, no Redis): re-photographs of
+one label (as bench/identity_eval.py draws them: the second cropped), editions (one text in other
+designs: same palette or another) and shared designs (one design, another brand, grade or number).
+
+    .venv/bin/python bench/picture_pairs.py --split tune --seed 7 --labels 40 --families 4 --per-family 4
+
+Choose the limits of pipelines.neardup.picture on split "tune" only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PIL import Image  # noqa: E402
+
+
+def _jpeg(img: Image.Image) -> Image.Image:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality="keep")
+    buf.seek(0)
+    return Image.open(buf).convert("RGB")
+
+
+def pairs(split: str, seed: int, n_labels: int, families: int, per_family: int):
+    from tools.photolabels import design_family, make_spec, photograph, render
+
+    rng = random.Random(f"picture:{split}:{seed}")
+    for i in range(n_labels):
+        spec = make_spec(rng, split=split, key=f"re-{i}")
+        img = render(spec).image
+        a, _ = photograph(img, random.Random(rng.getrandbits(64)), crop=0)
+        b, _ = photograph(img, random.Random(rng.getrandbits(64)), crop=1.0)
+        yield "rephoto", "", _jpeg(a), _jpeg(b)
+    for vary in ("design", "brand", "grade", "number"):
+        for f in range(families):
+            specs = design_family(rng, per_family, split=split, vary=vary, prefix=f"{vary}{f}")
+            photos = [_jpeg(photograph(render(s).image, random.Random(rng.getrandbits(64)))[0]) for s in specs]
+            for i in range(len(specs)):
+                for j in range(i + 1, len(specs)):
+                    kind = vary
+                    if vary == "design":
+                        da, db = specs[i].design, specs[j].design
+                        kind = "edition-same-palette" if da.palette == db.palette else "edition-other-palette"
+                        if da.layout != db.layout:
+                            kind += "-layout"
+                    yield kind, "", photos[i], photos[j]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--split", default="tune", choices=("tune", "heldout"))
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--labels", type=int, default=40)
+    ap.add_argument("--families", type=int, default=4)
+    ap.add_argument("--per-family", type=int, default=4)
+    ap.add_argument("--rule", action="store_true", help="count the pairs picture.same_picture passes")
+    args = ap.parse_args()
+    from pipelines.neardup import picture
+
+    rows: dict[str, list] = {}
+    times = []
+    for kind, _note, a, b in pairs(args.split, args.seed, args.labels, args.families, args.per_family):
+        pa, pb = picture.decode(picture.encode(a)), picture.decode(picture.encode(b))
+        t0 = time.perf_counter()
+        p1 = picture.compare(pb, pa)  # the second photograph is the query
+        times.append(time.perf_counter() - t0)
+        rows.setdefault(kind, []).append(p1)
+    if args.rule:
+        for kind, ps in rows.items():
+            n = sum(picture.same_picture(p) for p in ps)
+            print(f"  same under the rule: {kind} {n} of {len(ps)}")
+    for kind, ps in rows.items():
+        print(f"{kind}: {len(ps)}")
+        for name in ("inliers", "box", "colour", "structure", "worst"):
+            vals = sorted(round(getattr(p, name), 2) for p in ps)
+            print(f"  {name}: {vals}")
+    t = sorted(times)
+    print(f"ms per check: median {1000 * t[len(t) // 2]:.1f}, p90 {1000 * t[int(len(t) * 0.9)]:.1f}, n {len(t)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""The aligned picture check: are two photographs the same printed label, or two editions of it?
+
+The 32 x 32 signature (pipelines.neardup.verifier) cannot tell a re-photograph (own perspective,
+margin, background, glare, blur, crop) from an edition (the same text printed in another design:
+another palette, or the same palette with another frame, ornament or typeface). This check looks
+at a larger picture of both:
+
+1. each photograph's picture: longest side PICTURE_SIDE px, stored with the signature entry as a
+   JPEG (`encode`), so any worker can check without the blob store;
+2. alignment: ORB keypoints on both greys, ratio-tested matches, a RANSAC homography (OpenCV,
+   single-threaded, seeded: deterministic); fewer than MIN_INLIERS inliers, or inliers whose
+   bounding box covers under MIN_AREA of the candidate's picture (a few marks matched, not the
+   label: an edition in another layout), is "not the same picture";
+3. comparison on a GRID x GRID grid over the candidate's label area (the inliers' bounding box,
+   widened by WIDEN of its size each side; cells where the warped query has no pixels, a crop's
+   edge, left out):
+   - colour: per cell the median Lab a/b of both, the distance at the 80th percentile of cells
+     (another palette);
+   - structure: per cell 1 - the correlation of the blurred greys at the cell's best shift of up
+     to SHIFT px around the homography (which, fitted on the text, leaves the label's edges a
+     pixel or two off), regularised by FLAT so that a cell flat in both is the same and one flat
+     in only one is not; the mean of the worst WORST cells minus the median cell (a typeface, a
+     frame line, an ornament lives in a few cells; glare and blur of a re-photograph lower every
+     cell alike).
+
+What it does not see: a frame or ornament outside the widened box of the text (an edition in the
+same palette that differs only there passes); a product line's labels (one design, another
+grade or number) are the same picture, which is why the text read surely vetoes first.
+
+`compare` returns the parts; `same_picture` the verdict under the limits (chosen on
+tools/photolabels' tune split: bench/picture_pairs.py).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+PICTURE_SIDE = 320  # the stored picture's longest side (px)
+PICTURE_QUALITY = 85  # its JPEG quality
+GRID = 8
+WORST = 4
+WIDEN = 0.08
+BLUR = 1.5
+SHIFT = 3  # px of the picture: each cell's own alignment around the homography's
+FLAT = 0.06  # of the label's contrast: a cell's std under this is flat (structure's regulariser)
+MIN_INLIERS = 25
+MIN_AREA = 0.10  # the inliers' bounding box, of the candidate picture's area
+ORB_FEATURES = 1500
+# The limits, chosen on the tune split (bench/picture_pairs.py, seeds 7 and 8: re-photographs'
+# colour 0.0-3.96 but 2 of 80, editions in another palette 4.11 and up; re-photographs' structure
+# at most 0.41 but 7 of 80, editions in the same palette 0.05-0.71).
+MAX_COLOUR = 4.0
+MAX_STRUCTURE = 0.45
+
+
+def _cv2():
+    import cv2
+
+    cv2.setNumThreads(1)
+    cv2.setRNGSeed(0)
+    return cv2
+
+
+def picture(image: Image.Image) -> Image.Image:
+    """The photograph as the check sees it: RGB, longest side PICTURE_SIDE (never enlarged)."""
+    img = image.convert("RGB")
+    w, h = img.size
+    scale = PICTURE_SIDE / max(w, h)
+    if scale < 1.0:
+        img = img.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BOX)
+    return img
+
+
+def encode(image: Image.Image) -> bytes:
+    """The stored picture: `picture(image)` as a JPEG."""
+    buf = io.BytesIO()
+    picture(image).save(buf, "JPEG", quality=PICTURE_QUALITY)
+    return buf.getvalue()
+
+
+def decode(data: bytes) -> np.ndarray:
+    """A stored picture as an RGB uint8 array."""
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+@dataclass
+class Parts:
+    inliers: int
+    colour: float  # Lab a/b distance, 80th percentile of cells
+    structure: float  # mean of the worst cells' 1 - NCC minus the median cell's
+    worst: float  # mean of the worst cells' 1 - NCC
+    box: float = 0.0  # the inliers' bounding box, of the candidate picture's area
+
+    def summary(self) -> dict:
+        return {
+            "inliers": self.inliers,
+            "box": round(self.box, 3),
+            "colour": round(self.colour, 2) if self.colour != float("inf") else None,
+            "structure": round(self.structure, 3) if self.structure != float("inf") else None,
+        }
+
+
+def same_picture(parts: Parts) -> bool:
+    """The same printed picture: aligned on enough of the label, its colour and its structure the same."""
+    return (
+        parts.inliers >= MIN_INLIERS
+        and parts.box >= MIN_AREA
+        and parts.colour <= MAX_COLOUR
+        and parts.structure <= MAX_STRUCTURE
+    )
+
+
+NOT_ALIGNED = Parts(0, float("inf"), float("inf"), float("inf"))
+
+
+def _features(cv2, grey: np.ndarray):
+    orb = cv2.ORB_create(nfeatures=ORB_FEATURES, fastThreshold=10, edgeThreshold=15, patchSize=15)
+    return orb.detectAndCompute(grey, None)
+
+
+def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
+    """Align the query picture onto the candidate's and compare them (RGB uint8 arrays)."""
+    cv2 = _cv2()
+    gq = cv2.cvtColor(query, cv2.COLOR_RGB2GRAY)
+    gc = cv2.cvtColor(cand, cv2.COLOR_RGB2GRAY)
+    kq, dq = _features(cv2, gq)
+    kc, dc = _features(cv2, gc)
+    if dq is None or dc is None or len(kq) < MIN_INLIERS or len(kc) < MIN_INLIERS:
+        return NOT_ALIGNED
+    matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    pairs = matcher.knnMatch(dq, dc, k=2)
+    good = [m[0] for m in pairs if len(m) == 2 and m[0].distance < 0.8 * m[1].distance]
+    if len(good) < MIN_INLIERS:
+        return NOT_ALIGNED
+    src = np.array([kq[m.queryIdx].pt for m in good], np.float32).reshape(-1, 1, 2)
+    dst = np.array([kc[m.trainIdx].pt for m in good], np.float32).reshape(-1, 1, 2)
+    hom, mask = cv2.findHomography(src, dst, cv2.RANSAC, 3.0, maxIters=2000, confidence=0.995)
+    if hom is None or mask is None:
+        return NOT_ALIGNED
+    inl = mask.ravel().astype(bool)
+    n_in = int(inl.sum())
+    if n_in < MIN_INLIERS:
+        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+    h, w = gc.shape
+    warped = cv2.warpPerspective(query, hom, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    # where the query has pixels, less a blur's reach (a crop's edge is no structure of the label)
+    inside = cv2.warpPerspective(np.full(gq.shape, 255, np.uint8), hom, (w, h), flags=cv2.INTER_NEAREST, borderValue=0)
+    valid = cv2.erode(inside, np.ones((7, 7), np.uint8)) > 0
+    pts = dst.reshape(-1, 2)[inl]
+    x0, y0 = pts.min(axis=0)
+    x1, y1 = pts.max(axis=0)
+    box = float((x1 - x0) * (y1 - y0) / (w * h))
+    if box < MIN_AREA:  # a few matched marks, not the label
+        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+    dx, dy = (x1 - x0) * WIDEN, (y1 - y0) * WIDEN
+    x0, x1 = int(max(0, x0 - dx)), int(min(w, x1 + dx))
+    y0, y1 = int(max(0, y0 - dy)), int(min(h, y1 + dy))
+    if x1 - x0 < 2 * GRID or y1 - y0 < 2 * GRID:
+        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+    parts = _grid_parts(cv2, warped, cand, valid, (x0, y0, x1, y1), n_in)
+    parts.box = box
+    return parts
+
+
+def _grid_parts(cv2, warped: np.ndarray, cand: np.ndarray, valid: np.ndarray, box, n_in: int) -> Parts:
+    x0, y0, x1, y1 = box
+    lab_q = cv2.cvtColor(warped.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    lab_c = cv2.cvtColor(cand.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    gq = cv2.GaussianBlur(lab_q[..., 0], (0, 0), BLUR)
+    gc = cv2.GaussianBlur(lab_c[..., 0], (0, 0), BLUR)
+    area = gc[y0:y1, x0:x1]
+    contrast = max(1.0, float(np.percentile(area, 95) - np.percentile(area, 5)))
+    c = (FLAT * contrast) ** 2  # a cell's std under FLAT x the label's contrast is flat
+    xs = np.linspace(x0, x1, GRID + 1).astype(int)
+    ys = np.linspace(y0, y1, GRID + 1).astype(int)
+    colours, decor = [], []
+    for i in range(GRID):
+        for j in range(GRID):
+            sl = (slice(ys[i], ys[i + 1]), slice(xs[j], xs[j + 1]))
+            ok = valid[sl]
+            if ok.mean() < 0.9:
+                continue
+            qa = np.median(lab_q[sl][ok][:, 1:], axis=0)
+            ca = np.median(lab_c[sl][ok][:, 1:], axis=0)
+            colours.append(float(np.hypot(*(qa - ca))))
+            decor.append(_cell_decor(cv2, gq, gc[sl], ys[i], xs[j], c))
+    if len(colours) < GRID * GRID // 2:
+        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+    d = np.sort(np.array(decor))
+    worst = float(d[-WORST:].mean())
+    return Parts(n_in, float(np.percentile(colours, 80)), worst - float(np.median(d)), worst)
+
+
+def _cell_decor(cv2, gq: np.ndarray, cell: np.ndarray, y: int, x: int, c: float) -> float:
+    """1 - the cell's structural correlation with the query at the best shift of up to SHIFT px (what
+    a homography from the label's text leaves misaligned elsewhere), regularised by c: a cell flat
+    in both is the same, one flat and the other textured is not."""
+    h, w = cell.shape
+    y0, x0 = max(0, y - SHIFT), max(0, x - SHIFT)
+    region = gq[y0 : min(gq.shape[0], y + h + SHIFT), x0 : min(gq.shape[1], x + w + SHIFT)]
+    best = (y - y0, x - x0)
+    if cell.std() > 1e-3 and region.shape[0] >= h and region.shape[1] >= w:
+        m = cv2.matchTemplate(region, cell, cv2.TM_CCOEFF_NORMED)
+        _lo, _hi, _lo_at, hi_at = cv2.minMaxLoc(m)
+        best = (hi_at[1], hi_at[0])
+    a = region[best[0] : best[0] + h, best[1] : best[1] + w]
+    cov = float(np.mean((a - a.mean()) * (cell - cell.mean())))
+    return 1.0 - (cov + c) / (float(a.std()) * float(cell.std()) + c)

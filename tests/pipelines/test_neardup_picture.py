@@ -1,0 +1,132 @@
+"""The aligned picture check (pipelines.neardup.picture) and its place in the identity decision:
+two photographs of one printed label are the same picture; editions (the same text printed in
+another design: other palette, layout, typefaces) are not, and where the read text agrees the
+picture decides (an edition is vetoed whatever the grey-only score says, a re-photograph whose
+grey-only score fails is accepted). Pairs from tools.photolabels' tune split, small sizes."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from PIL import Image
+
+from pipelines.neardup import decision, picture
+
+READ = {"brand_name": "八海山", "grade": "純米吟醸", "alcohol": "15度"}
+
+
+def _rephotos(seed: int) -> tuple[Image.Image, Image.Image]:
+    from tools.photolabels import make_spec, photograph, render
+
+    rng = random.Random(seed)
+    img = render(make_spec(rng, split="tune", side="front", kind="sake")).image
+    a, _ = photograph(img, random.Random(rng.getrandbits(64)), crop=0)
+    b, _ = photograph(img, random.Random(rng.getrandbits(64)), crop=1.0)
+    return a, b
+
+
+def _edition(seed: int, *, same_palette: bool) -> tuple[Image.Image, Image.Image]:
+    """One label and its edition: the same text in another design (same palette or another)."""
+    from tools.photolabels import make_spec, photograph, random_design, render
+
+    rng = random.Random(seed)
+    base = make_spec(rng, split="tune", side="front", kind="sake")
+    while True:
+        design = random_design(rng, "tune")
+        if design != base.design and (design.palette == base.design.palette) == same_palette:
+            break
+    other = replace(base, design=design)
+    a, _ = photograph(render(base).image, random.Random(rng.getrandbits(64)), crop=0)
+    b, _ = photograph(render(other).image, random.Random(rng.getrandbits(64)), crop=0)
+    return a, b
+
+
+def _parts(query: Image.Image, stored: Image.Image) -> picture.Parts:
+    return picture.compare(picture.decode(picture.encode(query)), picture.decode(picture.encode(stored)))
+
+
+def _judge(query: Image.Image, stored: Image.Image) -> dict:
+    entry, _digest, _v = decision.verifier_for(stored, None, 10, read=dict(READ))
+    _e, _d, verify = decision.verifier_for(query, None, 10, read=dict(READ))
+    verify([("label_x", 30, entry)])
+    return verify.judged[0]
+
+
+def test_picture_is_small_and_deterministic():
+    a, b = _rephotos(1)
+    pic = picture.encode(a)
+    assert max(Image.open(__import__("io").BytesIO(pic)).size) == picture.PICTURE_SIDE
+    assert len(pic) < 24_000
+    assert _parts(b, a) == _parts(b, a)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_two_photographs_of_one_label_are_one_picture(seed):
+    a, b = _rephotos(seed)
+    parts = _parts(b, a)
+    assert picture.same_picture(parts), parts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_edition_in_another_palette_is_another_picture(seed):
+    a, b = _edition(seed, same_palette=False)
+    parts = _parts(b, a)
+    assert not picture.same_picture(parts), parts
+
+
+def test_an_edition_in_the_same_palette_is_another_picture():
+    a, b = _edition(2, same_palette=True)
+    parts = _parts(b, a)
+    assert not picture.same_picture(parts), parts
+
+
+def test_a_picture_that_cannot_be_aligned_is_not_the_same():
+    a, _b = _rephotos(1)
+    flat = Image.new("RGB", a.size, (200, 190, 180))
+    assert not picture.same_picture(_parts(flat, a))
+
+
+def test_agreeing_text_does_not_merge_an_edition_the_grey_score_passes():
+    """The editions the text path merged: the read text agrees, the grey-only score passes; the
+    picture vetoes."""
+    for seed in range(30):
+        a, b = _edition(seed, same_palette=False)
+        verdict = _judge(b, a)
+        if verdict["score"] <= decision.TEXT_AGREE_MAX_SCORE:
+            assert verdict["same"] is False
+            assert verdict["reason"] == "verifier (text agrees), picture differs"
+            return
+    pytest.fail("no edition in 30 whose grey-only score passed")
+
+
+def test_agreeing_text_and_the_same_picture_merge_what_the_grey_score_keeps_apart():
+    for seed in range(40):
+        a, b = _rephotos(seed)
+        verdict = _judge(b, a)
+        if verdict["score"] > decision.TEXT_AGREE_MAX_SCORE:
+            assert verdict["same"] is True, verdict
+            assert verdict["reason"] == "verifier (text agrees), picture agrees"
+            return
+    pytest.fail("no re-photographed pair in 40 whose grey-only score failed and picture passed")
+
+
+def test_a_sure_read_conflict_still_vetoes_the_same_picture():
+    """A product line's labels share their picture: the text read surely decides."""
+    a, b = _rephotos(1)
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ))
+    _e, _d, verify = decision.verifier_for(b, None, 10, read={**READ, "grade": "本醸造"})
+    assert verify([("label_x", 30, entry)]) is None
+    assert verify.judged[0]["reason"] == "read grade differs"
+
+
+def test_entries_without_a_picture_keep_the_grey_only_check():
+    a, b = _rephotos(1)
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ))
+    sig, doc = decision.parse_entry(entry)
+    assert "p" in doc
+    old = decision.make_entry(sig, None, READ)  # stored before pictures were kept
+    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ))
+    verify([("label_x", 30, old)])
+    assert "picture" not in verify.judged[0]
