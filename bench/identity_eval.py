@@ -239,8 +239,9 @@ def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]
             ("picture accepts unagreed text", (True, True, True)),
         ):
             decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = flags
+            on = s.model_copy(update={"neardup_picture_check": True})  # pictures kept; the flags decide
             for mode in modes:
-                rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} ({label})"})
+                rows.append({**run_mode(mode, data, r=r, s=on, tmp=tmp), "label": f"{mode} ({label})"})
                 print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
     finally:
         decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = saved
@@ -272,6 +273,11 @@ def main() -> int:
         "--sure-only",
         action="store_true",
         help="one more row per mode on the same readings, agreement judged on surely read values only (before)",
+    )
+    ap.add_argument(
+        "--picture-check",
+        action="store_true",
+        help="the aligned picture check on (NEARDUP_PICTURE_CHECK; off by default) for the main rows",
     )
     ap.add_argument(
         "--picture-rows",
@@ -322,6 +328,7 @@ def main() -> int:
                     "import_dir": tmp / "imports",
                     "ocr_mode": "auto",
                     "ocr_timeout_s": 300,
+                    "neardup_picture_check": args.picture_check,
                     # embedding is not what is measured: a tiny local model (no download)
                     "embed_model": build_tiny_st_model(tmp / "models"),
                 }

@@ -85,7 +85,12 @@ def identify(data: bytes, *, r, s: Settings, k: int = 5, filters: dict | None = 
         reading, _warning = readings.read_label(r, sha1, dec.image, s)
     said = _said(reading)
     _entry, _digest, verify = neardup.verifier_for(
-        dec.image, {}, s.phash_threshold, read=said, said=readings.said_fields(reading)
+        dec.image,
+        {},
+        s.phash_threshold,
+        read=said,
+        said=readings.said_fields(reading),
+        picture_check=s.neardup_picture_check,
     )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)

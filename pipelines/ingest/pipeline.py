@@ -251,7 +251,9 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         reading = _read_item(r, sha1, dec.image, fields, out, s)
         read = readings.identity_fields(reading, fields)
         said = readings.said_fields(reading, fields)
-        entry, digest, verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read, said=said)
+        entry, digest, verify = neardup.verifier_for(
+            dec.image, fields, s.phash_threshold, read=read, said=said, picture_check=s.neardup_picture_check
+        )
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(
             ph,

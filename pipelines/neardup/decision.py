@@ -321,12 +321,15 @@ def verifier_for(
     use_fields: bool = True,
     read: dict | None = None,
     said: dict | None = None,
+    picture_check: bool = False,
 ):
     """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
-    match; `said`: every value read, which can agree; both from OCR, optional)."""
+    match; `said`: every value read, which can agree; both from OCR, optional). With
+    picture_check (NEARDUP_PICTURE_CHECK) the entry keeps the picture and the verifier runs the
+    aligned picture check against candidates that kept theirs."""
     view = verifier.query_view(image)
-    pic = picture.encode(image)
+    pic = picture.encode(image) if picture_check else b""
     fields = (fields or {}) if use_fields else {}
     read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
     said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)

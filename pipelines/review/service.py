@@ -93,7 +93,9 @@ def split(r, chroma, blobs: BlobStore, s: Settings, sha1: str, *, who: str) -> d
     # been indexed when it arrived; no fresh read here (a request, not a worker).
     reading = readings.cached(r, sha1) if s.ocr_mode != "off" else None
     read, said = readings.identity_fields(reading, fields), readings.said_fields(reading, fields)
-    entry, digest, _verify = neardup.verifier_for(dec.image, fields, s.phash_threshold, read=read, said=said)
+    entry, digest, _verify = neardup.verifier_for(
+        dec.image, fields, s.phash_threshold, read=read, said=said, picture_check=s.neardup_picture_check
+    )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     file_path = key if blobs.local_path(key) is not None else ""
     res = index.check_and_insert(

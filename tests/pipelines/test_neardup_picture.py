@@ -48,8 +48,8 @@ def _parts(query: Image.Image, stored: Image.Image) -> picture.Parts:
 
 
 def _judge(query: Image.Image, stored: Image.Image) -> dict:
-    entry, _digest, _v = decision.verifier_for(stored, None, 10, read=dict(READ))
-    _e, _d, verify = decision.verifier_for(query, None, 10, read=dict(READ))
+    entry, _digest, _v = decision.verifier_for(stored, None, 10, read=dict(READ), picture_check=True)
+    _e, _d, verify = decision.verifier_for(query, None, 10, read=dict(READ), picture_check=True)
     verify([("label_x", 30, entry)])
     return verify.judged[0]
 
@@ -115,18 +115,32 @@ def test_agreeing_text_and_the_same_picture_merge_what_the_grey_score_keeps_apar
 def test_a_sure_read_conflict_still_vetoes_the_same_picture():
     """A product line's labels share their picture: the text read surely decides."""
     a, b = _rephotos(1)
-    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ))
-    _e, _d, verify = decision.verifier_for(b, None, 10, read={**READ, "grade": "本醸造"})
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), picture_check=True)
+    _e, _d, verify = decision.verifier_for(b, None, 10, read={**READ, "grade": "本醸造"}, picture_check=True)
     assert verify([("label_x", 30, entry)]) is None
     assert verify.judged[0]["reason"] == "read grade differs"
 
 
 def test_entries_without_a_picture_keep_the_grey_only_check():
     a, b = _rephotos(1)
-    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ))
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), picture_check=True)
     sig, doc = decision.parse_entry(entry)
     assert "p" in doc
     old = decision.make_entry(sig, None, READ)  # stored before pictures were kept
-    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ))
+    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ), picture_check=True)
     verify([("label_x", 30, old)])
+    assert "picture" not in verify.judged[0]
+
+
+def test_off_by_default_entries_keep_no_picture_and_the_check_does_not_run():
+    """NEARDUP_PICTURE_CHECK is off by default (the picture costs 11-19 KB per entry in Redis)."""
+    from yana.settings import Settings
+
+    assert Settings().neardup_picture_check is False
+    a, b = _rephotos(1)
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ))
+    assert "p" not in decision.parse_entry(entry)[1]
+    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ))
+    stored_with_picture, _d2, _v2 = decision.verifier_for(a, None, 10, read=dict(READ), picture_check=True)
+    verify([("label_x", 30, stored_with_picture)])
     assert "picture" not in verify.judged[0]
