@@ -232,19 +232,19 @@ def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]
     from pipelines.neardup import decision
 
     rows = []
-    saved = decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED
+    saved = decision.PICTURE_ACCEPTS_UNAGREED
     try:
-        for label, flags in (
-            ("picture check off", (False, False, False)),
-            ("picture accepts unagreed text", (True, True, True)),
+        for label, check, unagreed in (
+            ("picture check off", False, False),
+            ("picture accepts unagreed text", True, True),
         ):
-            decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = flags
-            on = s.model_copy(update={"neardup_picture_check": True})  # pictures kept; the flags decide
+            decision.PICTURE_ACCEPTS_UNAGREED = unagreed
+            settings = s.model_copy(update={"neardup_picture_check": check})
             for mode in modes:
-                rows.append({**run_mode(mode, data, r=r, s=on, tmp=tmp), "label": f"{mode} ({label})"})
+                rows.append({**run_mode(mode, data, r=r, s=settings, tmp=tmp), "label": f"{mode} ({label})"})
                 print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
     finally:
-        decision.PICTURE_VETO, decision.PICTURE_ACCEPTS, decision.PICTURE_ACCEPTS_UNAGREED = saved
+        decision.PICTURE_ACCEPTS_UNAGREED = saved
     return rows
 
 

@@ -129,10 +129,7 @@ BENCH_RUNS = pytest.StashKey[BenchRuns]()
 
 @pytest.fixture(scope="module")
 def bench_runs(request) -> dict[str, Future]:
-    runs = request.config.stash.get(BENCH_RUNS, None)
-    if runs is None:  # collected without conftest's hook (not expected): start them now
-        runs = request.config.stash[BENCH_RUNS] = BenchRuns(selected_scripts(request.session.items))
-    return runs.futures
+    return request.config.stash[BENCH_RUNS].futures  # started by tests/conftest.py
 
 
 @pytest.mark.stack  # each bench starts its own processes

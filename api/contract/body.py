@@ -85,6 +85,7 @@ def check_no_body(body: bytes) -> None:
 
 
 def json_request(headers: Headers) -> bool:
+    """JSON by its Content-Type (application/json or application/*+json); a response's too."""
     essence = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     return essence == "application/json" or (essence.startswith("application/") and essence.endswith("+json"))
 

@@ -23,7 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from api.contract.admission import Admission
 from api.contract.auth import caller_identity
-from api.contract.body import admit_body, read_body, replaying_receive
+from api.contract.body import admit_body, json_request, read_body, replaying_receive
 from api.contract.idempotency import HEADER as IDEMPOTENCY_HEADER
 from api.contract.idempotency import REPLAYED_HEADER, Claim, IdempotencyStore, StoredResponse, fingerprint, parse_key
 from api.contract.liveness import ProcessLiveness
@@ -43,11 +43,7 @@ ASGIHandle = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
-    for k, v in headers:
-        if k.lower() == b"content-type":
-            essence = v.split(b";", 1)[0].strip().lower()
-            return essence == b"application/json" or essence.endswith(b"+json")
-    return False
+    return json_request(Headers(raw=headers))
 
 
 def add_versions(body: bytes) -> bytes:

@@ -68,17 +68,15 @@ TEXT_AGREE_MAX_SCORE = 4.0
 # fields-agree limit drops to this (the same brand and product on another design or edition; tune
 # split: 4 / 2 / 1 false merges of 180 at 4.0 / 2.0 / 1.0, full-fields recall 0.650 / 0.517 / 0.500).
 FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
-# The aligned picture check (pipelines.neardup.picture) where the read text agrees: a candidate
-# whose stored picture is not the same printed picture (an edition: the same text in another
-# palette, frame, ornament or layout) is never the same label, whatever the grey-only score says
-# (PICTURE_VETO); and one whose picture is the same is the same label though the grey-only score
-# does not pass (PICTURE_ACCEPTS: two photographs' own perspective, margin, background and glare
+# The aligned picture check (pipelines.neardup.picture; NEARDUP_PICTURE_CHECK, verifier_for) where
+# the read text agrees: a candidate whose stored picture is not the same printed picture (an
+# edition: the same text in another palette, frame, ornament or layout) is never the same label,
+# whatever the grey-only score says; one whose picture is the same is the same label though the
+# grey-only score does not pass (two photographs' own perspective, margin, background and glare
 # spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
 # (a product line shares its picture; only the text it prints differs), unless
 # PICTURE_ACCEPTS_UNAGREED (measured, off) and the text is at least consistent (text_consistent).
-# Entries stored before pictures were kept skip the check. Measured in docs/ocr.md (images only).
-PICTURE_VETO = True
-PICTURE_ACCEPTS = True
+# Entries stored without a picture skip the check. Measured in docs/ocr.md (images only).
 PICTURE_ACCEPTS_UNAGREED = False
 
 
@@ -233,11 +231,11 @@ class Verifier:
         """The aligned picture check's say on a candidate the signature judged `same` or not."""
         parts = self._picture_parts(stored_pic)
         verdict["picture"] = parts.summary()
-        if picture.same_picture(parts):
-            if not same and (PICTURE_ACCEPTS or PICTURE_ACCEPTS_UNAGREED):
-                verdict["reason"] += ", picture agrees"
-                return True
-        elif PICTURE_VETO and same:
+        alike = picture.same_picture(parts)
+        if alike and not same:
+            verdict["reason"] += ", picture agrees"
+            return True
+        if not alike and same:
             verdict["reason"] += ", picture differs"
             return False
         return same

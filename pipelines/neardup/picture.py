@@ -115,7 +115,12 @@ def same_picture(parts: Parts) -> bool:
     )
 
 
-NOT_ALIGNED = Parts(0, float("inf"), float("inf"), float("inf"))
+def _not_same(inliers: int) -> Parts:
+    """The parts of a pair that could not be compared (too few inliers, too small a box or grid)."""
+    return Parts(inliers, float("inf"), float("inf"), float("inf"))
+
+
+NOT_ALIGNED = _not_same(0)
 
 
 def _features(cv2, grey: np.ndarray):
@@ -145,7 +150,7 @@ def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
     inl = mask.ravel().astype(bool)
     n_in = int(inl.sum())
     if n_in < MIN_INLIERS:
-        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+        return _not_same(n_in)
     h, w = gc.shape
     warped = cv2.warpPerspective(query, hom, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     # where the query has pixels, less a blur's reach (a crop's edge is no structure of the label)
@@ -156,12 +161,12 @@ def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
     x1, y1 = pts.max(axis=0)
     box = float((x1 - x0) * (y1 - y0) / (w * h))
     if box < MIN_AREA:  # a few matched marks, not the label
-        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+        return _not_same(n_in)
     dx, dy = (x1 - x0) * WIDEN, (y1 - y0) * WIDEN
     x0, x1 = int(max(0, x0 - dx)), int(min(w, x1 + dx))
     y0, y1 = int(max(0, y0 - dy)), int(min(h, y1 + dy))
     if x1 - x0 < 2 * GRID or y1 - y0 < 2 * GRID:
-        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+        return _not_same(n_in)
     parts = _grid_parts(cv2, warped, cand, valid, (x0, y0, x1, y1), n_in)
     parts.box = box
     return parts
@@ -190,7 +195,7 @@ def _grid_parts(cv2, warped: np.ndarray, cand: np.ndarray, valid: np.ndarray, bo
             colours.append(float(np.hypot(*(qa - ca))))
             decor.append(_cell_decor(cv2, gq, gc[sl], ys[i], xs[j], c))
     if len(colours) < GRID * GRID // 2:
-        return Parts(n_in, float("inf"), float("inf"), float("inf"))
+        return _not_same(n_in)
     d = np.sort(np.array(decor))
     worst = float(d[-WORST:].mean())
     return Parts(n_in, float(np.percentile(colours, 80)), worst - float(np.median(d)), worst)
