@@ -275,9 +275,10 @@ def main() -> int:
         help="one more row per mode on the same readings, agreement judged on surely read values only (before)",
     )
     ap.add_argument(
-        "--picture-check",
-        action="store_true",
-        help="the aligned picture check on (NEARDUP_PICTURE_CHECK; off by default) for the main rows",
+        "--no-picture-check",
+        dest="picture_check",
+        action="store_false",
+        help="the aligned picture check off (NEARDUP_PICTURE_CHECK; on by default) for the main rows",
     )
     ap.add_argument(
         "--picture-rows",

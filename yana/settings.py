@@ -106,11 +106,10 @@ class Settings(BaseSettings):
     phash_candidate_radius: int = 12
     # The aligned picture check where the read text agrees (pipelines.neardup.picture): editions (the
     # same text in another design) are kept apart, re-photographs whose grey-only score fails are
-    # merged; held-out false merges 5.3 % -> 1.5 % and 3.8 % -> 0.8 % (docs/ocr.md). Off by default
-    # for now: each signature entry then keeps a 320 px picture (11-19 KB instead of 1-3 KB in
-    # Redis, read for every pHash candidate), too much at a million labels until it moves to a key
-    # read only when the text agrees.
-    neardup_picture_check: bool = False
+    # merged; held-out false merges 5.3 % -> 1.5 % and 3.8 % -> 0.8 % (docs/ocr.md). A candidate's
+    # picture is made from its original in the blob store, only where the text agrees (Redis keeps
+    # none); ~50 ms a check.
+    neardup_picture_check: bool = True
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000  # decompression-bomb guard (width x height)
     max_images_per_request: int = 1000

@@ -193,8 +193,9 @@ def _photo_source(req: PhotoSearchRequest) -> dict:
 
 def _photo_search(source: dict, k: int, filters: dict | None) -> dict:
     s = get_settings()
-    data = identify.load(source, s=s, blobs=get_blobs(s))
-    return identify.identify(data, r=get_redis(), s=s, k=k, filters=filters)
+    blobs = get_blobs(s)
+    data = identify.load(source, s=s, blobs=blobs)
+    return identify.identify(data, r=get_redis(), s=s, k=k, filters=filters, blobs=blobs)
 
 
 @router.post(

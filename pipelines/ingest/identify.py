@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.ingest import image_io, readings, sources
+from pipelines.ingest.pictures import stored_pictures
 from pipelines.labels import schema as labels
 from pipelines.neardup import decision as neardup
 from pipelines.neardup import hashing
@@ -74,9 +75,19 @@ def _text_match(r, said: dict[str, str], hit: dict) -> bool:
     )
 
 
-def identify(data: bytes, *, r, s: Settings, k: int = 5, filters: dict | None = None, chroma=None) -> dict[str, Any]:
+def identify(
+    data: bytes,
+    *,
+    r,
+    s: Settings,
+    k: int = 5,
+    filters: dict | None = None,
+    chroma=None,
+    blobs: BlobStore | None = None,
+) -> dict[str, Any]:
     """{hits, match, read_text, not_found, debug}: the label the photo shows first (when it is in
-    the book), then the nearest others by what the photo says."""
+    the book), then the nearest others by what the photo says. `blobs`: where the labels'
+    originals are (the aligned picture check's pictures; None: no picture check)."""
     dec = image_io.decode_image(data, max_bytes=s.max_image_bytes, max_pixels=s.max_image_pixels)
     sha1 = hashing.sha1_hex(data)
     ph = hashing.phash_hex(dec.image)
@@ -90,7 +101,7 @@ def identify(data: bytes, *, r, s: Settings, k: int = 5, filters: dict | None = 
         s.phash_threshold,
         read=said,
         said=readings.said_fields(reading),
-        picture_check=s.neardup_picture_check,
+        pictures=stored_pictures(r, blobs) if s.neardup_picture_check and blobs is not None else None,
     )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)

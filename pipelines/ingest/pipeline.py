@@ -29,6 +29,7 @@ from pipelines.embedding.cache import embed_cached
 from pipelines.ingest import corrections, image_io, readings, sources
 from pipelines.ingest.accept import remove_staged, staging_prefix
 from pipelines.ingest.keys import OUTCOMES_KEY, RETRY_KEY
+from pipelines.ingest.pictures import stored_pictures
 from pipelines.labels import schema as labels
 from pipelines.labels.model import merge_field_values
 from pipelines.neardup import decision as neardup
@@ -252,7 +253,13 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         read = readings.identity_fields(reading, fields)
         said = readings.said_fields(reading, fields)
         entry, digest, verify = neardup.verifier_for(
-            dec.image, fields, s.phash_threshold, read=read, said=said, picture_check=s.neardup_picture_check
+            dec.image,
+            fields,
+            s.phash_threshold,
+            read=read,
+            said=said,
+            blob_key=image_key,
+            pictures=stored_pictures(r, blobs) if s.neardup_picture_check else None,
         )
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(

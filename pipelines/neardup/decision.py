@@ -19,15 +19,17 @@ way, like agreeing fields: images whose reading gives the same brand are candida
 distance (the index's read-the-same set, `text_digest`), and when the same fields were read off
 both (`said`: every value read, however surely), all equal, the brand and at least one more
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
-check), and then the aligned picture check (pipelines.neardup.picture, on the pictures both entries
-keep) has the last word: another picture (an edition: the same text in another design) vetoes, the
+check), and then the aligned picture check (pipelines.neardup.picture, on both photographs'
+pictures; the candidate's from its stored original, read only then) has the last word: another picture (an edition: the same text in another design) vetoes, the
 same picture merges what the grey-only score kept apart. Agreeing uploader fields with readings on
 both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
 and product on another design).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
-when that is smaller, the three fields, what was read, and the picture: 11-19 KB),
+when that is smaller, the three fields, what was read, and the blob key of the original: 1-3 KB),
 written by the same atomic step that indexes its pHash, so any worker on any host can verify.
+The picture is not kept in Redis: the entry of every pHash candidate is read, the picture only
+where the text agrees (`Pictures`, from the blob store).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ import hashlib
 import unicodedata
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import orjson
 from PIL import Image
 
@@ -76,7 +79,8 @@ FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 # spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
 # (a product line shares its picture; only the text it prints differs), unless
 # PICTURE_ACCEPTS_UNAGREED (measured, off) and the text is at least consistent (text_consistent).
-# Entries stored without a picture skip the check. Measured in docs/ocr.md (images only).
+# Entries whose original cannot be read (indexed before entries kept the blob key, or its blob is
+# gone) skip the check. Measured in docs/ocr.md (images only).
 PICTURE_ACCEPTS_UNAGREED = False
 
 
@@ -156,8 +160,16 @@ def fields_digest(fields: dict | None) -> str:
     return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
+class Pictures(Protocol):
+    """The aligned picture check's pictures of stored labels: per (label id, blob key of its
+    original, '' when the entry has none) the picture (picture.decode's array), None when it
+    cannot be read. One call per decision, so a store can read them in one go."""
+
+    def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]: ...
+
+
 def make_entry(
-    sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None, pic: bytes | None = None
+    sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None, blob_key: str = ""
 ) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
@@ -174,8 +186,8 @@ def make_entry(
     everything = _read_keys(said)
     if everything and everything != sure:  # only when it says more than "read" (Redis holds one per image)
         doc["said"] = everything
-    if pic:  # the aligned picture check's picture (picture.encode: a small JPEG)
-        doc["p"] = base64.b64encode(pic).decode("ascii")
+    if blob_key:  # where the original is: the aligned picture check reads its picture from there
+        doc["b"] = blob_key
     return orjson.dumps(doc).decode()
 
 
@@ -219,17 +231,24 @@ class Verifier:
         default_factory=dict
     )  # every value read off it, however surely (verifier_for: at least `read`): agreement
     judged: list[dict] = field(default_factory=list)
-    pic: bytes = b""  # the query's picture as stored (picture.encode), for the aligned picture check
-    _pic_array: Any = field(default=None, repr=False, compare=False)  # self.pic decoded, once
+    # the aligned picture check (NEARDUP_PICTURE_CHECK): the query image, and where the candidates'
+    # pictures come from (None: no check)
+    image: Image.Image | None = field(default=None, repr=False)
+    pictures: Pictures | None = field(default=None, repr=False)
+    _pic_array: Any = field(default=None, repr=False, compare=False)  # the query's picture, once
 
-    def _picture_parts(self, stored_pic: str) -> picture.Parts:
+    def _picture_parts(self, stored: np.ndarray) -> picture.Parts:
         if self._pic_array is None:
-            self._pic_array = picture.decode(self.pic)
-        return picture.compare(self._pic_array, picture.decode(base64.b64decode(stored_pic)))
+            assert self.image is not None
+            self._pic_array = picture.of_image(self.image)
+        return picture.compare(self._pic_array, stored)
 
-    def _picture_verdict(self, verdict: dict[str, Any], same: bool, stored_pic: str) -> bool:
+    def _picture_verdict(self, verdict: dict[str, Any], same: bool, stored: np.ndarray | None) -> bool:
         """The aligned picture check's say on a candidate the signature judged `same` or not."""
-        parts = self._picture_parts(stored_pic)
+        if stored is None:  # its original cannot be read: the signature's verdict stands
+            verdict["reason"] += ", no picture"
+            return same
+        parts = self._picture_parts(stored)
         verdict["picture"] = parts.summary()
         alike = picture.same_picture(parts)
         if alike and not same:
@@ -261,8 +280,8 @@ class Verifier:
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
         # (verdict row, signature, grey-only score, its limit, text agrees and fields do not, the
-        # candidate's stored picture where the picture check applies)
-        to_compare: list[tuple[int, bytes, bool, float, bool, str | None]] = []
+        # candidate's (label id, blob key) where the picture check applies)
+        to_compare: list[tuple[int, bytes, bool, float, bool, tuple[str, str] | None]] = []
         blank = not has_content(self.view.luma)
         for label_id, distance, entry in candidates:
             sig, theirs = parse_entry(entry)
@@ -283,8 +302,8 @@ class Verifier:
                 verdict = {"same": False, "reason": reason}
                 agrees = text_agrees(self.said, stored_said(theirs))
                 checked = agrees or (PICTURE_ACCEPTS_UNAGREED and text_consistent(self.said, stored_said(theirs)))
-                pic = theirs.get("p") if self.pic and checked else None
-                to_compare.append((len(verdicts), sig, loose, limit, text_only, pic))
+                ref = (label_id, str(theirs.get("b") or "")) if self.pictures is not None and checked else None
+                to_compare.append((len(verdicts), sig, loose, limit, text_only, ref))
             verdicts.append((label_id, distance, verdict))
         scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
         # agreeing text (fields not) never loses what the strict check alone would find
@@ -292,13 +311,16 @@ class Verifier:
         strict = dict(
             zip(strict_rows, verifier.verify_many(self.view, [to_compare[j][1] for j in strict_rows]), strict=True)
         )
-        for j, ((row, _sig, _loose, limit, _text, pic), score) in enumerate(zip(to_compare, scores, strict=True)):
+        # the candidates' pictures in one call, only where the text agrees (usually none)
+        refs = [c[5] for c in to_compare if c[5] is not None]
+        loaded = iter(self.pictures(refs) if refs and self.pictures is not None else [])
+        for j, ((row, _sig, _loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
             same = score <= limit
             if not same and j in strict and strict[j] <= 1.0:
                 same, score = True, strict[j]
             verdict = verdicts[row][2]
-            if pic is not None:
-                same = self._picture_verdict(verdict, same, pic)
+            if ref is not None:
+                same = self._picture_verdict(verdict, same, next(loaded))
             verdict.update(same=same, score=round(score, 4))
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
@@ -319,20 +341,21 @@ def verifier_for(
     use_fields: bool = True,
     read: dict | None = None,
     said: dict | None = None,
-    picture_check: bool = False,
+    blob_key: str = "",
+    pictures: Pictures | None = None,
 ):
     """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
-    match; `said`: every value read, which can agree; both from OCR, optional). With
-    picture_check (NEARDUP_PICTURE_CHECK) the entry keeps the picture and the verifier runs the
-    aligned picture check against candidates that kept theirs."""
+    match; `said`: every value read, which can agree; both from OCR, optional). `blob_key`: where
+    its original is stored (kept in the entry, so later verifiers can read its picture);
+    `pictures`: where the candidates' pictures come from, for the aligned picture check
+    (NEARDUP_PICTURE_CHECK; None: no check)."""
     view = verifier.query_view(image)
-    pic = picture.encode(image) if picture_check else b""
     fields = (fields or {}) if use_fields else {}
     read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
     said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
     return (
-        make_entry(view.sig, fields, read, said, pic),
+        make_entry(view.sig, fields, read, said, blob_key),
         fields_digest(fields),
-        Verifier(view, fields, legacy_threshold, use_fields, read, said, pic=pic),
+        Verifier(view, fields, legacy_threshold, use_fields, read, said, image=image, pictures=pictures),
     )

@@ -94,7 +94,7 @@ def split(r, chroma, blobs: BlobStore, s: Settings, sha1: str, *, who: str) -> d
     reading = readings.cached(r, sha1) if s.ocr_mode != "off" else None
     read, said = readings.identity_fields(reading, fields), readings.said_fields(reading, fields)
     entry, digest, _verify = neardup.verifier_for(
-        dec.image, fields, s.phash_threshold, read=read, said=said, picture_check=s.neardup_picture_check
+        dec.image, fields, s.phash_threshold, read=read, said=said, blob_key=key
     )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     file_path = key if blobs.local_path(key) is not None else ""

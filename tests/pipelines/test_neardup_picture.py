@@ -6,13 +6,16 @@ grey-only score fails is accepted). Pairs from tools.photolabels' tune split, sm
 
 from __future__ import annotations
 
+import io
 import random
 from dataclasses import replace
 
 import pytest
 from PIL import Image
 
+from pipelines.ingest import pictures
 from pipelines.neardup import decision, picture
+from yana.blobs import LocalBlobStore
 
 READ = {"brand_name": "八海山", "grade": "純米吟醸", "alcohol": "15度"}
 
@@ -47,11 +50,32 @@ def _parts(query: Image.Image, stored: Image.Image) -> picture.Parts:
     return picture.compare(picture.decode(picture.encode(query)), picture.decode(picture.encode(stored)))
 
 
-def _judge(query: Image.Image, stored: Image.Image) -> dict:
-    entry, _digest, _v = decision.verifier_for(stored, None, 10, read=dict(READ), picture_check=True)
-    _e, _d, verify = decision.verifier_for(query, None, 10, read=dict(READ), picture_check=True)
+def _store(blobs: LocalBlobStore, image: Image.Image) -> str:
+    """The image's original in the blob store, as ingest keeps it; returns its blob key."""
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", quality=90)
+    key = f"images/{len(list(blobs.list('images/'))):04d}.jpg"
+    blobs.put(key, buf.getvalue())
+    return key
+
+
+def _verifier(query: Image.Image, blobs: LocalBlobStore, read: dict | None = None):
+    _e, _d, verify = decision.verifier_for(
+        query, None, 10, read=dict(read or READ), pictures=pictures.StoredPictures(None, blobs)
+    )
+    return verify
+
+
+def _judge(query: Image.Image, stored: Image.Image, blobs: LocalBlobStore) -> dict:
+    entry, _digest, _v = decision.verifier_for(stored, None, 10, read=dict(READ), blob_key=_store(blobs, stored))
+    verify = _verifier(query, blobs)
     verify([("label_x", 30, entry)])
     return verify.judged[0]
+
+
+@pytest.fixture
+def blobs(tmp_path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path)
 
 
 def test_picture_is_small_and_deterministic():
@@ -88,12 +112,12 @@ def test_a_picture_that_cannot_be_aligned_is_not_the_same():
     assert not picture.same_picture(_parts(flat, a))
 
 
-def test_agreeing_text_does_not_merge_an_edition_the_grey_score_passes():
+def test_agreeing_text_does_not_merge_an_edition_the_grey_score_passes(blobs):
     """The editions the text path merged: the read text agrees, the grey-only score passes; the
     picture vetoes."""
     for seed in range(30):
         a, b = _edition(seed, same_palette=False)
-        verdict = _judge(b, a)
+        verdict = _judge(b, a, blobs)
         if verdict["score"] <= decision.TEXT_AGREE_MAX_SCORE:
             assert verdict["same"] is False
             assert verdict["reason"] == "verifier (text agrees), picture differs"
@@ -101,10 +125,10 @@ def test_agreeing_text_does_not_merge_an_edition_the_grey_score_passes():
     pytest.fail("no edition in 30 whose grey-only score passed")
 
 
-def test_agreeing_text_and_the_same_picture_merge_what_the_grey_score_keeps_apart():
+def test_agreeing_text_and_the_same_picture_merge_what_the_grey_score_keeps_apart(blobs):
     for seed in range(40):
         a, b = _rephotos(seed)
-        verdict = _judge(b, a)
+        verdict = _judge(b, a, blobs)
         if verdict["score"] > decision.TEXT_AGREE_MAX_SCORE:
             assert verdict["same"] is True, verdict
             assert verdict["reason"] == "verifier (text agrees), picture agrees"
@@ -112,35 +136,60 @@ def test_agreeing_text_and_the_same_picture_merge_what_the_grey_score_keeps_apar
     pytest.fail("no re-photographed pair in 40 whose grey-only score failed and picture passed")
 
 
-def test_a_sure_read_conflict_still_vetoes_the_same_picture():
+def test_a_sure_read_conflict_still_vetoes_the_same_picture(blobs):
     """A product line's labels share their picture: the text read surely decides."""
     a, b = _rephotos(1)
-    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), picture_check=True)
-    _e, _d, verify = decision.verifier_for(b, None, 10, read={**READ, "grade": "本醸造"}, picture_check=True)
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), blob_key=_store(blobs, a))
+    verify = _verifier(b, blobs, {**READ, "grade": "本醸造"})
     assert verify([("label_x", 30, entry)]) is None
     assert verify.judged[0]["reason"] == "read grade differs"
 
 
-def test_entries_without_a_picture_keep_the_grey_only_check():
+def test_a_stored_label_whose_original_cannot_be_read_keeps_the_signature_verdict(blobs):
+    """Entries indexed before they kept the blob key (and no label-image map to ask), or whose
+    original is gone: no picture, the grey-only verdict stands, said in the reason."""
     a, b = _rephotos(1)
-    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), picture_check=True)
+    key = _store(blobs, a)
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), blob_key=key)
     sig, doc = decision.parse_entry(entry)
-    assert "p" in doc
-    old = decision.make_entry(sig, None, READ)  # stored before pictures were kept
-    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ), picture_check=True)
+    assert doc["b"] == key
+    old = decision.make_entry(sig, None, READ)  # stored before entries kept the blob key
+    verify = _verifier(b, blobs)
     verify([("label_x", 30, old)])
     assert "picture" not in verify.judged[0]
+    assert verify.judged[0]["reason"].endswith(", no picture")
+    blobs.delete(key)
+    verify = _verifier(b, blobs)
+    verify([("label_x", 30, entry)])
+    assert verify.judged[0]["reason"].endswith(", no picture")
 
 
-def test_off_by_default_entries_keep_no_picture_and_the_check_does_not_run():
-    """NEARDUP_PICTURE_CHECK is off by default (the picture costs 11-19 KB per entry in Redis)."""
+def test_on_by_default_and_redis_keeps_no_picture(blobs):
+    """NEARDUP_PICTURE_CHECK is on by default; the signature entry in Redis keeps the blob key of
+    the original, not a picture (1-3 KB, read for every pHash candidate)."""
     from yana.settings import Settings
 
-    assert Settings().neardup_picture_check is False
+    assert Settings().neardup_picture_check is True
     a, b = _rephotos(1)
-    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ))
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), blob_key=_store(blobs, a))
+    assert len(entry) < 4_000, len(entry)
     assert "p" not in decision.parse_entry(entry)[1]
-    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ))
-    stored_with_picture, _d2, _v2 = decision.verifier_for(a, None, 10, read=dict(READ), picture_check=True)
-    verify([("label_x", 30, stored_with_picture)])
+    _e, _d, verify = decision.verifier_for(b, None, 10, read=dict(READ))  # the check off: no pictures
+    verify([("label_x", 30, entry)])
     assert "picture" not in verify.judged[0]
+
+
+def test_pictures_are_read_only_where_the_text_agrees(blobs):
+    """The blob store is not touched for candidates whose text does not agree (most of them)."""
+    a, b = _rephotos(1)
+    entry, _digest, _v = decision.verifier_for(a, None, 10, read={"brand_name": "八海山"}, blob_key=_store(blobs, a))
+    asked: list = []
+    real = pictures.StoredPictures(None, blobs)
+    _e, _d, verify = decision.verifier_for(
+        b, None, 10, read=dict(READ), pictures=lambda refs: asked.append(refs) or real(refs)
+    )
+    verify([("label_x", 30, entry)])
+    assert asked == [], "brand alone agrees: not text_agrees, no picture read"
+    entry2, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), blob_key="images/x.jpg")
+    verify([("label_y", 30, entry2)])
+    assert asked == [[("label_y", "images/x.jpg")]]

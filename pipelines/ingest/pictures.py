@@ -1,0 +1,74 @@
+"""Pictures of indexed labels for the aligned picture check, made from their stored originals.
+
+Redis keeps no picture (pipelines.neardup.decision): the check needs one only where the read text
+of a candidate agrees, a few times per label at most, so it is made then from the original in the
+blob store (the entry's blob key; labels indexed before entries kept it: the label-image map).
+Pictures are content-addressed by that key, so a small per-process cache of their JPEGs
+(~10 KB each) serves a bulk upload's re-photographs of one label without reading it again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from pipelines.labels import schema as labels
+from pipelines.neardup import picture
+from yana.blobs import BlobMissing, BlobStore
+
+CACHED = 256  # pictures' JPEGs kept per process (~2.5 MB)
+
+
+class StoredPictures:
+    """decision.Pictures over the blob store; one per process (see `stored_pictures`)."""
+
+    def __init__(self, r, blobs: BlobStore):
+        self.r = r
+        self.blobs = blobs
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]:
+        keys = [key for _label, key in refs]
+        unknown = [i for i, key in enumerate(keys) if not key]
+        if unknown and self.r is not None:
+            found = self.r.hmget(labels.LABEL_IMAGES_KEY, [refs[i][0] for i in unknown])
+            for i, key in zip(unknown, found, strict=True):
+                keys[i] = key.decode() if isinstance(key, bytes) else (key or "")
+        return [self._picture(key) if key else None for key in keys]
+
+    def _picture(self, key: str) -> np.ndarray | None:
+        with self._lock:
+            jpeg = self._cache.get(key)
+            if jpeg is not None:
+                self._cache.move_to_end(key)
+        if jpeg is None:
+            try:
+                data = self.blobs.get(key)  # bytes ingest accepted (under its size limit then)
+            except BlobMissing:  # deleted since: the signature's verdict stands
+                return None
+            try:
+                jpeg = picture.encode_original(data)
+            except Exception:  # noqa: BLE001 - ingest decoded these bytes once; if they no longer decode, no picture
+                return None
+            with self._lock:
+                self._cache[key] = jpeg
+                while len(self._cache) > CACHED:
+                    self._cache.popitem(last=False)
+        return picture.decode(jpeg)
+
+
+_shared: dict[tuple[int, int], StoredPictures] = {}
+_shared_lock = threading.Lock()
+
+
+def stored_pictures(r, blobs: BlobStore) -> StoredPictures:
+    """One StoredPictures per (Redis client, blob store) per process (the cache is shared)."""
+    key = (id(r), id(blobs))
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is None:
+            found = _shared[key] = StoredPictures(r, blobs)
+        return found

@@ -1,0 +1,116 @@
+"""The aligned picture check inside ingest (pipelines.ingest.pictures): a candidate's picture is made
+from its original in the blob store, found by the blob key its signature entry keeps (or the
+label-image map for entries indexed before), only where the read text agrees. Real Redis and
+Chroma (PersistentClient); the readings are put in the reading cache as OCR would have left them,
+so which text agrees is fixed (the reader itself is tested in tests/pipelines/read/)."""
+
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import replace
+
+import pytest
+
+from pipelines.ingest import pictures, readings
+from pipelines.ingest import pipeline as ingest
+from pipelines.labels import schema as labels
+from pipelines.neardup import decision, hashing
+from pipelines.neardup.index import SIG_KEY
+from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
+from yana.blobs import LocalBlobStore
+
+READ = {"brand_name": "八海山", "grade": "純米吟醸", "alcohol": "15度"}
+
+
+def _jpeg(img) -> bytes:
+    buf = io.BytesIO()
+    img.convert("RGB").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _edition_the_grey_score_passes() -> tuple[bytes, bytes]:
+    """A label and its edition (the same text in another palette) whose grey-only score passes
+    where text agrees: only the picture tells them apart."""
+    from tools.photolabels import make_spec, photograph, random_design, render
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        base = make_spec(rng, split="tune", side="front", kind="sake")
+        design = random_design(rng, "tune")
+        if design == base.design or design.palette == base.design.palette:
+            continue
+        a, _ = photograph(render(base).image, random.Random(rng.getrandbits(64)), crop=0)
+        b, _ = photograph(render(replace(base, design=design)).image, random.Random(rng.getrandbits(64)), crop=0)
+        entry, _d, _v = decision.verifier_for(a, None, 10, read=dict(READ))
+        _e, _d2, verify = decision.verifier_for(b, None, 10, read=dict(READ))
+        verify([("label_x", 30, entry)])
+        if verify.judged[0]["same"]:
+            return _jpeg(a), _jpeg(b)
+    pytest.fail("no edition in 40 whose grey-only score passed")
+
+
+def _reading(values: dict) -> dict:
+    fields = {k: {"value": v, "source": "ocr", "confidence": 0.95} for k, v in values.items()}
+    return {"engine": "test", "text": " ".join(values.values()), "lines": [], "fields": fields}
+
+
+def _ingest(env, images: list[bytes], job_id: str) -> dict:
+    job = FakeJob(job_id)
+    items = []
+    for i, data in enumerate(images):
+        readings.store(env.r, hashing.sha1_hex(data), _reading(READ))  # what OCR read off it
+        p = env.data_dir / "incoming" / job_id / f"{i}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        items.append(
+            {
+                "index": i,
+                "name": f"{i}.jpg",
+                "source": {"kind": "stored", "path": f"incoming/{job_id}/{i}.bin"},
+                "fields": {"category": "sake"},
+            }
+        )
+    return ingest.run_ingest(job, items=items, r=env.r, chroma=env.chroma, s=env.s)
+
+
+@pytest.fixture()
+def model(tmp_path_factory):
+    return build_tiny_st_model(tmp_path_factory.mktemp("models"))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_an_edition_whose_text_agrees_is_kept_apart_by_its_picture(redis_url, tmp_path, model, check):
+    """With the check (the default) the edition is its own label; without it, the grey-only score
+    merges it (which is what makes this test able to fail)."""
+    env = make_env(redis_url, tmp_path, ocr_mode="auto", embed_model=model, neardup_picture_check=check)
+    label, edition = _edition_the_grey_score_passes()
+    first = _ingest(env, [label], "job-label")
+    assert first["indexed"] == 1, first
+    key = first["items"][0]["id"].removeprefix("label_")
+    _sig, entry = decision.parse_entry(env.r.hget(SIG_KEY, key))
+    assert entry["b"] == first["items"][0]["file_path"], "the entry keeps where the original is"
+    second = _ingest(env, [edition], "job-edition")
+    if check:
+        assert second["indexed"] == 1 and not second["items"][0].get("dedup"), second["items"][0]
+    else:
+        assert second["items"][0].get("dedup_of") == first["items"][0]["id"], second["items"][0]
+
+
+def test_stored_pictures_come_from_the_original_by_entry_key_or_label_image_map(redis_url, tmp_path):
+    from tools.photolabels import make_spec, render
+
+    env = make_env(redis_url, tmp_path)
+    blobs = LocalBlobStore(env.data_dir)
+    img = render(make_spec(random.Random(1), split="tune", side="front", kind="sake")).image
+    blobs.put("images/aa/a.jpg", _jpeg(img))
+    env.r.hset(labels.LABEL_IMAGES_KEY, "label_old", "images/aa/a.jpg")
+    stored = pictures.StoredPictures(env.r, blobs)
+    by_entry, by_map, gone = stored([("label_new", "images/aa/a.jpg"), ("label_old", ""), ("label_gone", "")])
+    assert by_entry is not None and by_map is not None and gone is None
+    assert max(by_entry.shape[:2]) == 320 and (by_entry == by_map).all()
+    blobs.delete("images/aa/a.jpg")
+    (again,) = stored([("label_new", "images/aa/a.jpg")])
+    assert again is not None and (again == by_entry).all(), "served from the process's cache"
+    (missing,) = pictures.StoredPictures(env.r, blobs)([("label_new", "images/aa/a.jpg")])
+    assert missing is None, "an original that is gone: no picture, no error"
