@@ -1,8 +1,9 @@
-"""The aligned picture check inside ingest (pipelines.ingest.pictures): a candidate's picture is made
-from its original in the blob store, found by the blob key its signature entry keeps (or the
-label-image map for entries indexed before), only where the read text agrees. Real Redis and
-Chroma (PersistentClient); the readings are put in the reading cache as OCR would have left them,
-so which text agrees is fixed (the reader itself is tested in tests/pipelines/read/)."""
+"""Label identity inside ingest: the aligned picture check (pipelines.ingest.pictures: a candidate's
+picture is made from its original in the blob store, found by the blob key its signature entry
+keeps or the label-image map for entries indexed before, only where the text agrees) and what a
+label says when its uploader sent some fields (pipelines.ingest.readings.said_fields). Real Redis
+and Chroma (PersistentClient); the readings are put in the reading cache as OCR would have left
+them, so which text agrees is fixed (the reader itself is tested in tests/pipelines/read/)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import random
 from dataclasses import replace
 
 import pytest
+from PIL import Image
 
 from pipelines.ingest import pictures, readings
 from pipelines.ingest import pipeline as ingest
 from pipelines.labels import schema as labels
-from pipelines.neardup import decision, hashing
+from pipelines.neardup import decision, hashing, picture
 from pipelines.neardup.index import SIG_KEY
 from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
 from yana.blobs import LocalBlobStore
@@ -50,16 +52,34 @@ def _edition_the_grey_score_passes() -> tuple[bytes, bytes]:
     pytest.fail("no edition in 40 whose grey-only score passed")
 
 
+def _rephotos_only_the_picture_joins() -> tuple[bytes, bytes]:
+    """Two photographs of one label that the strict check keeps apart and the picture joins."""
+    from tools.photolabels import make_spec, photograph, render
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        img = render(make_spec(rng, split="tune", side="front", kind="sake")).image
+        first, second = (_jpeg(photograph(img, random.Random(rng.getrandbits(64)), crop=c)[0]) for c in (0, 1.0))
+        a, b = (Image.open(io.BytesIO(x)).convert("RGB") for x in (first, second))  # as ingest decodes them
+        entry, _d, _v = decision.verifier_for(a, None, 10)
+        _e, _d2, strict = decision.verifier_for(b, None, 10)
+        strict([("label_x", 30, entry)])
+        parts = picture.compare(picture.of_image(b), picture.decode(picture.encode_original(first)))
+        if not strict.judged[0]["same"] and picture.same_picture(parts):
+            return first, second
+    pytest.fail("no re-photographed pair in 40 that only the picture joins")
+
+
 def _reading(values: dict) -> dict:
     fields = {k: {"value": v, "source": "ocr", "confidence": 0.95} for k, v in values.items()}
     return {"engine": "test", "text": " ".join(values.values()), "lines": [], "fields": fields}
 
 
-def _ingest(env, images: list[bytes], job_id: str) -> dict:
+def _ingest(env, images: list[bytes], job_id: str, fields: dict | None = None, read: dict | None = None) -> dict:
     job = FakeJob(job_id)
     items = []
     for i, data in enumerate(images):
-        readings.store(env.r, hashing.sha1_hex(data), _reading(READ))  # what OCR read off it
+        readings.store(env.r, hashing.sha1_hex(data), _reading(READ if read is None else read))  # what OCR read
         p = env.data_dir / "incoming" / job_id / f"{i}.bin"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
@@ -68,7 +88,7 @@ def _ingest(env, images: list[bytes], job_id: str) -> dict:
                 "index": i,
                 "name": f"{i}.jpg",
                 "source": {"kind": "stored", "path": f"incoming/{job_id}/{i}.bin"},
-                "fields": {"category": "sake"},
+                "fields": {"category": "sake", **(fields or {})},
             }
         )
     return ingest.run_ingest(job, items=items, r=env.r, chroma=env.chroma, s=env.s)
@@ -114,3 +134,29 @@ def test_stored_pictures_come_from_the_original_by_entry_key_or_label_image_map(
     assert again is not None and (again == by_entry).all(), "served from the process's cache"
     (missing,) = pictures.StoredPictures(env.r, blobs)([("label_new", "images/aa/a.jpg")])
     assert missing is None, "an original that is gone: no picture, no error"
+
+
+def test_what_a_label_says_counts_the_uploaders_fields():
+    reading = _reading({"brand_name": "八海山", "grade": "純米吟醸"})
+    given = {"category": "sake", "brand_name": "八海山 "}
+    assert readings.said_fields(reading, given)["brand_name"] == "八海山 ", "the uploader's value, not the read one"
+    assert readings.said_fields(reading, given)["grade"] == "純米吟醸"
+    assert "brand_name" not in readings.identity_fields(reading, given), "a veto compares it as the uploader's field"
+    assert readings.said_fields(None, given) == {}, "nothing read: nothing said (OCR off keeps the pixel path)"
+
+
+@pytest.mark.parametrize("brand", ["八海山", None])
+def test_brand_only_ingest_keeps_the_text_path(redis_url, tmp_path, model, brand):
+    """Sent with its brand (and the OCR not reading it), a re-photograph that only the picture
+    joins is still found: the uploader's brand is what the label says. Sent without, it is not
+    (the text agrees on grade and alcohol only, no brand): which makes this test able to fail."""
+    env = make_env(redis_url, tmp_path, ocr_mode="auto", embed_model=model)
+    first_photo, second_photo = _rephotos_only_the_picture_joins()
+    fields = {"brand_name": brand} if brand else {}
+    read = {"grade": "純米吟醸", "alcohol": "15度"}
+    first = _ingest(env, [first_photo], "job-first", fields, read)
+    second = _ingest(env, [second_photo], "job-second", fields, read)
+    if brand:
+        assert second["items"][0].get("dedup_of") == first["items"][0]["id"], second["items"][0]
+    else:
+        assert second["indexed"] == 1, second["items"][0]
