@@ -9,6 +9,7 @@ live worker holds, is acknowledged and dropped: redelivery never runs a body twi
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import uuid
@@ -120,6 +121,12 @@ class JobTask(Task):
 
     abstract = True
     typing = False
+    # Modules the body imports lazily (a heavy pipeline a worker that never runs it should not
+    # load): imported before the job is claimed, so a cancel (SIGUSR1 once the job runs) cannot
+    # land inside an import and leave a half-initialised module for the process's later jobs
+    # (openai 3.57's import of aiohttp, interrupted: "module aiohttp has no attribute
+    # client_exceptions" in every later think job of that process).
+    body_modules: tuple[str, ...] = ()
 
     def __call__(self, *args: Any, job_id: str | None = None, **kwargs: Any) -> Any:
         if job_id is None:  # plain call, e.g. from a test: no job record involved
@@ -143,6 +150,8 @@ class JobTask(Task):
 
     def _run_job(self, store: JobStore, job: dict, s) -> Any:
         job_id = job["id"]
+        for name in self.body_modules:
+            importlib.import_module(name)
         token = f"{uuid.uuid4().hex}:{self.request.hostname or 'local'}"
         max_attempts = job["max_attempts"] or s.job_max_attempts
         claim = store.claim(job_id, token, hb_ttl_s=s.heartbeat_ttl_s, max_attempts=max_attempts)
