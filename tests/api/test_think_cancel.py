@@ -65,4 +65,6 @@ def test_delete_cancels_a_running_think_job(pstack):
         # The worker is free again: the next think job runs to the end.
         body["request_id"] = "after-cancel"
         job2 = wait_job(client, client.post("/v1/think", json=body).json()["job_id"], timeout_s=60)
-        assert job2["status"] == "succeeded" and job2["result"]["action"] in ("COMPLETE", "ERROR"), job2.get("error") or job2
+        assert job2["status"] == "succeeded" and job2["result"]["action"] in ("COMPLETE", "ERROR"), (
+            job2.get("error") or job2
+        )
