@@ -82,11 +82,18 @@ FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 # Entries whose original cannot be read (indexed before entries kept the blob key, or its blob is
 # gone) skip the check. Measured in docs/ocr.md (images only).
 PICTURE_ACCEPTS_UNAGREED = False
+# The grade and the printed numbers veto when read off both photographs however surely, not only
+# surely (READ_KEYS' sure values): a product line's labels (one design, another grade or number)
+# pass the pixel check (strict score 0.2-1.0), and their differing value is often read at under
+# 0.8 on one side. Tune seeds 7 and 8, three modes each: false merges 31 -> 16, recall -0.02 on
+# average (docs/ocr.md). Not the brand: brush lettering misreads it (0.85 exact), and two
+# misread grades or numbers rarely differ on a re-photograph, whose print is the same.
+SAID_VETO_KEYS = ("grade", "seimai", "alcohol", "volume")
 
 
-def read_conflict(a: dict, b: dict) -> str | None:
-    """The first read field both readings give and that differs, or None."""
-    for k in READ_KEYS:
+def read_conflict(a: dict, b: dict, keys: tuple[str, ...] = READ_KEYS) -> str | None:
+    """The first read field (of `keys`) both readings give and that differs, or None."""
+    for k in keys:
         x, y = _read_norm(a.get(k)), _read_norm(b.get(k))
         if x and y and x != y:
             return k
@@ -288,7 +295,7 @@ class Verifier:
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
             stored = theirs.get("read") or {}
-            said = read_conflict(self.read, stored)
+            said = read_conflict(self.read, stored) or read_conflict(self.said, stored_said(theirs), SAID_VETO_KEYS)
             if blank:
                 verdict = {"same": False, "reason": "no content (blank or single colour)"}
             elif conflict:

@@ -46,3 +46,24 @@ def test_blank_images_are_never_merged_on_the_hash():
     fields = {"category": "sake", "brand_name": "a", "product_name": "b"}
     match, _ = _judge(black, Image.new("RGB", (64, 64), (3, 3, 3)), fields=fields)
     assert match is None, "agreeing fields do not make blank images one label"
+
+
+def test_a_grade_or_number_read_unsurely_off_both_that_differs_makes_two_but_a_brand_does_not():
+    """Only sure values veto a brand (brush lettering misreads it); the grade and the printed
+    numbers veto however surely they were read off both (a product line shares its pixels)."""
+    img = _label(30)
+    sure = {"brand_name": "八海山"}
+
+    def judge(said_q: dict, said_s: dict):
+        entry, _digest, _v = decision.verifier_for(img.copy(), None, 10, read=sure, said={**sure, **said_s})
+        _e, _d, verify = decision.verifier_for(img, None, 10, read=sure, said={**sure, **said_q})
+        return verify([("label_x", 0, entry)]), verify.judged
+
+    for key, a, b in (("grade", "純米吟醸", "大吟醸"), ("alcohol", "15度", "16度"), ("volume", "720ml", "1800ml")):
+        match, judged = judge({key: a}, {key: b})
+        assert match is None and judged[0]["reason"] == f"read {key} differs"
+    match, _ = judge({"grade": "純米"}, {})
+    assert match is not None, "read off one side only: no veto"
+    entry, _digest, _v = decision.verifier_for(img.copy(), None, 10, said={"brand_name": "八海山"})
+    _e, _d, verify = decision.verifier_for(img, None, 10, said={"brand_name": "八海仙"})
+    assert verify([("label_x", 0, entry)]) is not None, "an unsure brand that differs does not veto"

@@ -146,7 +146,8 @@ def _judge_said(query, stored, q: tuple[dict, dict], s: tuple[dict, dict]):
 
 def test_values_read_unsurely_agree_but_only_sure_ones_veto():
     """Agreement is judged on every value read (the same value off two photographs is evidence
-    however surely each was read); a match is vetoed only by values read surely on both sides."""
+    however surely each was read); a brand vetoes only when read surely on both sides, the grade
+    and the printed numbers however surely (decision.SAID_VETO_KEYS)."""
     sure = {"brand_name": "八海山", "grade": "純米吟醸"}
     said = {**sure, "volume": "720ml"}  # 720ml read on both, under the identity confidence on one
     for seed in range(40):
@@ -159,10 +160,13 @@ def test_values_read_unsurely_agree_but_only_sure_ones_veto():
     # the unsure part alone makes them agree: without it one side has a field the other lacks
     _m, one_sided = _judge_said(b, a, (sure, said), (sure, sure))
     assert one_sided["reason"] == "verifier"
-    # a value read unsurely and differing does not split the pair (it stops the agreement only)...
+    # a brand read unsurely and differing does not split the pair (it stops the agreement only)...
+    _m, unsure_brand = _judge_said(b, a, (sure, said), (sure, {**said, "brand_name": "八海仙"}))
+    assert not unsure_brand["reason"].startswith("read")
+    # ...a printed number read unsurely and differing does...
     _m, unsure_differs = _judge_said(b, a, (sure, said), (sure, {**sure, "volume": "1800ml"}))
-    assert not unsure_differs["reason"].startswith("read")
-    # ...while a surely read one does
+    assert unsure_differs == {**unsure_differs, "same": False, "reason": "read volume differs"}
+    # ...and a surely read one does
     _m, vetoed = _judge_said(b, a, (said, said), ({**sure, "volume": "1800ml"}, {**sure, "volume": "1800ml"}))
     assert vetoed == {**vetoed, "same": False, "reason": "read volume differs"}
     # entries written before "said" existed compare on their sure part
