@@ -182,14 +182,38 @@ def test_on_by_default_and_redis_keeps_no_picture(blobs):
 def test_pictures_are_read_only_where_the_text_agrees(blobs):
     """The blob store is not touched for candidates whose text does not agree (most of them)."""
     a, b = _rephotos(1)
-    entry, _digest, _v = decision.verifier_for(a, None, 10, read={"brand_name": "八海山"}, blob_key=_store(blobs, a))
+    entry, _digest, _v = decision.verifier_for(a, None, 10, said={"brand_name": "月桂冠"}, blob_key=_store(blobs, a))
     asked: list = []
     real = pictures.StoredPictures(None, blobs)
     _e, _d, verify = decision.verifier_for(
         b, None, 10, read=dict(READ), pictures=lambda refs: asked.append(refs) or real(refs)
     )
     verify([("label_x", 30, entry)])
-    assert asked == [], "brand alone agrees: not text_agrees, no picture read"
+    assert asked == [], "another brand (read unsurely: no veto): no picture read"
     entry2, _digest, _v = decision.verifier_for(a, None, 10, read=dict(READ), blob_key="images/x.jpg")
     verify([("label_y", 30, entry2)])
     assert asked == [[("label_y", "images/x.jpg")]]
+
+
+def test_consistent_text_and_the_same_picture_merge_a_rephotograph_whose_ocr_missed_a_value(blobs, monkeypatch):
+    """With PICTURE_ACCEPTS_UNAGREED (measured, off by default): one side's OCR missed the alcohol,
+    the text does not agree (another set of values) but is consistent (the brand alike, nothing
+    read off both differs); the same picture joins them. A product line sharing the picture is
+    kept apart by its differing grade or number read off both."""
+    monkeypatch.setattr(decision, "PICTURE_ACCEPTS_UNAGREED", True)
+    partial = {k: v for k, v in READ.items() if k != "alcohol"}
+    for seed in range(40):
+        a, b = _rephotos(seed)
+        entry, _digest, _v = decision.verifier_for(a, None, 10, read=dict(partial), blob_key=_store(blobs, a))
+        verify = _verifier(b, blobs)
+        verify([("label_x", 30, entry)])
+        verdict = verify.judged[0]
+        if verdict["reason"] == "verifier, picture agrees":
+            assert verdict["same"] is True
+            line = {**partial, "grade": "本醸造"}
+            other, _digest, _v = decision.verifier_for(a, None, 10, said=line, blob_key=_store(blobs, a))
+            verify = _verifier(b, blobs)
+            verify([("label_y", 30, other)])
+            assert verify.judged[0] == {**verify.judged[0], "same": False, "reason": "read grade differs"}
+            return
+    pytest.fail("no re-photographed pair in 40 that only the picture joined")
