@@ -101,3 +101,24 @@ class FakeJob:
         if self.crash_after_saves is not None and self.saves > self.crash_after_saves:
             raise SystemExit("simulated kill before the cursor was saved")
         self.meta.update(values)
+
+
+def ingest_bytes(env: PipelineEnv, images: list[bytes], job_id: str, fields: dict | None = None) -> dict:
+    """Run an ingest job over image bytes staged as uploads are (category sake, plus `fields`)."""
+    from pipelines.ingest import pipeline as ingest
+
+    job = FakeJob(job_id)
+    items = []
+    for i, data in enumerate(images):
+        p = env.data_dir / "incoming" / job_id / f"{i}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        items.append(
+            {
+                "index": i,
+                "name": f"{i}.img",
+                "source": {"kind": "stored", "path": f"incoming/{job_id}/{i}.bin"},
+                "fields": {"category": "sake", **(fields or {})},
+            }
+        )
+    return ingest.run_ingest(job, items=items, r=env.r, chroma=env.chroma, s=env.s)

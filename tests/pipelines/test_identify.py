@@ -10,9 +10,8 @@ import random
 import pytest
 
 from pipelines.ingest import identify
-from pipelines.ingest import pipeline as ingest
 from pipelines.neardup.index import SHA1_KEY
-from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
+from tests.pipelines.ingest_support import build_tiny_st_model, ingest_bytes, make_env
 from tools.photolabels import Design, make_spec, photograph, render
 
 BRUSH = "truetype/aoyagi-kouzan-t/AoyagiKouzanT.ttf"
@@ -44,21 +43,7 @@ def env(redis_url, tmp_path):
 
 
 def _ingest(env, images: list[bytes]) -> list[str]:
-    job = FakeJob("job-identify")
-    items = []
-    for i, data in enumerate(images):
-        p = env.data_dir / "incoming" / job.job_id / f"{i}.bin"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-        items.append(
-            {
-                "index": i,
-                "name": f"{i}.png",
-                "source": {"kind": "stored", "path": f"incoming/{job.job_id}/{i}.bin"},
-                "fields": {"category": "sake"},
-            }
-        )
-    res = ingest.run_ingest(job, items=items, r=env.r, chroma=env.chroma, s=env.s)
+    res = ingest_bytes(env, images, "job-identify")
     assert res["indexed"] == len(images), res
     return [o["id"] for o in res["items"]]
 

@@ -15,11 +15,10 @@ import pytest
 from PIL import Image
 
 from pipelines.ingest import pictures, readings
-from pipelines.ingest import pipeline as ingest
 from pipelines.labels import schema as labels
 from pipelines.neardup import decision, hashing, picture
 from pipelines.neardup.index import SIG_KEY
-from tests.pipelines.ingest_support import FakeJob, build_tiny_st_model, make_env
+from tests.pipelines.ingest_support import build_tiny_st_model, ingest_bytes, make_env
 from yana.blobs import LocalBlobStore
 
 READ = {"brand_name": "八海山", "grade": "純米吟醸", "alcohol": "15度"}
@@ -76,22 +75,9 @@ def _reading(values: dict) -> dict:
 
 
 def _ingest(env, images: list[bytes], job_id: str, fields: dict | None = None, read: dict | None = None) -> dict:
-    job = FakeJob(job_id)
-    items = []
-    for i, data in enumerate(images):
-        readings.store(env.r, hashing.sha1_hex(data), _reading(READ if read is None else read))  # what OCR read
-        p = env.data_dir / "incoming" / job_id / f"{i}.bin"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-        items.append(
-            {
-                "index": i,
-                "name": f"{i}.jpg",
-                "source": {"kind": "stored", "path": f"incoming/{job_id}/{i}.bin"},
-                "fields": {"category": "sake", **(fields or {})},
-            }
-        )
-    return ingest.run_ingest(job, items=items, r=env.r, chroma=env.chroma, s=env.s)
+    for data in images:  # what OCR read off each
+        readings.store(env.r, hashing.sha1_hex(data), _reading(READ if read is None else read))
+    return ingest_bytes(env, images, job_id, fields)
 
 
 @pytest.fixture()
