@@ -20,8 +20,9 @@ distance (the index's read-the-same set, `text_digest`), and when the same field
 both (`said`: every value read, however surely), all equal, the brand and at least one more
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
 check), and then the aligned picture check (pipelines.neardup.picture, on both photographs'
-pictures; the candidate's from its stored original, read only then) has the last word: another picture (an edition: the same text in another design) vetoes, the
-same picture merges what the grey-only score kept apart. Agreeing uploader fields with readings on
+pictures; the candidate's made from its stored original, read only then) has the last word:
+another picture (an edition: the same text in another design) vetoes, the same picture merges
+what the grey-only score kept apart. Agreeing uploader fields with readings on
 both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
 and product on another design).
 
@@ -89,8 +90,8 @@ PICTURE_ACCEPTS_UNAGREED = False
 # surely (READ_KEYS' sure values): a product line's labels (one design, another grade or number)
 # pass the pixel check (strict score 0.2-1.0), and their differing value is often read at under
 # 0.8 on one side. Tune seeds 7 and 8, three modes each: false merges 31 -> 16, recall -0.02 on
-# average (docs/ocr.md). Not the brand: brush lettering misreads it (0.85 exact), and two
-# misread grades or numbers rarely differ on a re-photograph, whose print is the same.
+# average (what misreads on re-photographs cost; held-out recall did not move). Not the brand:
+# brush lettering misreads it (0.85 exact on held-out), so it still vetoes only when read surely.
 SAID_VETO_KEYS = ("grade", "seimai", "alcohol", "volume")
 
 
