@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 
 import orjson
@@ -120,6 +121,18 @@ def app_redis(app: FastAPI) -> Redis:
     return r
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A request past admission (RouteGate.admit): the policy it was admitted under, the caller's
+    identity (None on a public route), the body when admission read it, and the receive the route
+    reads the body from."""
+
+    rp: ResolvedPolicy
+    identity: str | None
+    body: bytes | None
+    receive: Receive
+
+
 class RouteGate:
     """The contract's per-route checks, with the state they share in one app (settings, the
     policies of its routes, the limiters, this process's liveness): app.state.route_gate."""
@@ -136,38 +149,25 @@ class RouteGate:
     def of(scope: Scope) -> RouteGate:
         return scope["app"].state.route_gate
 
-    async def admit(
-        self, scope: Scope, receive: Receive, rp: ResolvedPolicy
-    ) -> tuple[str | None, bytes | None, Receive]:
-        """Auth and rate limit (unless public), then the body's media type, size and content.
-        Returns the caller's identity (None on a public route), the body when it was read, and
-        the receive the route reads the body from."""
+    async def admit(self, scope: Scope, receive: Receive, rp: ResolvedPolicy) -> Admitted:
+        """Auth and rate limit (unless public), then the body's media type, size and content."""
         scope[POLICY_KEY] = rp
         identity = None
         if not rp.policy.public:
             client = scope.get("client")
             identity = await self.admission.admit(Headers(scope=scope), client[0] if client else None, rp)
         body, receive = await admit_body(scope, receive, rp)
-        return identity, body, receive
+        return Admitted(rp, identity, body, receive)
 
-    async def respond(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        rp: ResolvedPolicy,
-        identity: str | None,
-        body: bytes | None,
-        app: ASGIHandle,
-    ) -> None:
+    async def respond(self, scope: Scope, send: Send, req: Admitted, app: ASGIHandle) -> None:
         """An admitted request's answer: the stored one for a repeated Idempotency-Key, else the
         route's under its time limit."""
         raw_key = Headers(scope=scope).get(IDEMPOTENCY_HEADER)
-        if rp.idempotent and scope.get("method") == "POST" and raw_key is not None:
-            identity = identity or caller_identity(None, None)
-            await self.idempotent_call(scope, receive, send, rp, identity, raw_key, body, app)
+        if req.rp.idempotent and scope.get("method") == "POST" and raw_key is not None:
+            identity = req.identity or caller_identity(None, None)
+            await self.idempotent_call(scope, req.receive, send, req.rp, identity, raw_key, req.body, app)
             return
-        await self.call_app(scope, receive, send, rp, app)
+        await self.call_app(scope, req.receive, send, req.rp, app)
 
     async def call_app(
         self, scope: Scope, receive: Receive, send: Send, rp: ResolvedPolicy, app: ASGIHandle, *, capture: bool = False

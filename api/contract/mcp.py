@@ -32,12 +32,11 @@ from fastapi import APIRouter, FastAPI
 from fastapi_mcp import FastApiMCP
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Message, Scope, Send
 
 from api.contract.body import json_request
 from api.contract.errors import error_response, from_exception
-from api.contract.gate import RouteGate
-from api.contract.policy import ResolvedPolicy
+from api.contract.gate import Admitted, RouteGate
 from api.contract.route import ContractRoute
 from yana import context
 from yana.errors import ErrorCode, YanaError
@@ -300,16 +299,8 @@ class McpRoute(ContractRoute):
     """/mcp: admitted as every route is; then answered by the MCP transport through McpResponse,
     with no time limit (a session's stream stays open) and no Idempotency-Key (JSON-RPC has ids)."""
 
-    async def respond(
-        self,
-        gate: RouteGate,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        rp: ResolvedPolicy,
-        identity: str | None,
-        body: bytes | None,
-    ) -> None:
+    async def respond(self, gate: RouteGate, scope: Scope, send: Send, req: Admitted) -> None:
+        body, receive = req.body, req.receive
         if scope["method"] == "POST" and not json_request(Headers(scope=scope)):
             raise YanaError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json")
         out = McpResponse(send)

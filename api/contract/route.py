@@ -27,8 +27,7 @@ from starlette.responses import RedirectResponse
 from starlette.routing import BaseRoute, Match, Mount, Route, WebSocketRoute, get_route_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.contract.gate import RouteGate
-from api.contract.policy import ResolvedPolicy
+from api.contract.gate import Admitted, RouteGate
 
 
 class ContractRoute(APIRoute):
@@ -41,21 +40,11 @@ class ContractRoute(APIRoute):
             return
         gate = RouteGate.of(scope)
         rp = gate.policies.of_route(self)
-        identity, body, receive = await gate.admit(scope, receive, rp)
-        await self.respond(gate, scope, receive, send, rp, identity, body)
+        await self.respond(gate, scope, send, await gate.admit(scope, receive, rp))
 
-    async def respond(
-        self,
-        gate: RouteGate,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        rp: ResolvedPolicy,
-        identity: str | None,
-        body: bytes | None,
-    ) -> None:
+    async def respond(self, gate: RouteGate, scope: Scope, send: Send, req: Admitted) -> None:
         """The admitted request's answer (api.contract.mcp.McpRoute answers in JSON-RPC's terms)."""
-        await gate.respond(scope, receive, send, rp, identity, body, partial(APIRoute.handle, self))
+        await gate.respond(scope, send, req, partial(APIRoute.handle, self))
 
 
 class GuardedRoute(BaseRoute):
@@ -82,8 +71,7 @@ class GuardedRoute(BaseRoute):
             await self.route.handle(scope, receive, send)
             return
         rp = self.gate.policies.of_route(self)
-        identity, body, receive = await self.gate.admit(scope, receive, rp)
-        await self.gate.respond(scope, receive, send, rp, identity, body, self.route.handle)
+        await self.gate.respond(scope, send, await self.gate.admit(scope, receive, rp), self.route.handle)
 
 
 class UnroutedRequests:
@@ -104,8 +92,7 @@ class UnroutedRequests:
             await self.not_found(scope, receive, send)
             return
         rp = self.gate.policies.unrouted
-        identity, body, receive = await self.gate.admit(scope, receive, rp)
-        await self.gate.respond(scope, receive, send, rp, identity, body, self.answer)
+        await self.gate.respond(scope, send, await self.gate.admit(scope, receive, rp), self.answer)
 
     async def answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         redirect = self.slash_redirect(scope)
