@@ -16,5 +16,5 @@ def run(self, ctx: JobContext | None, items: list | None = None, documents: list
         # The reading stage first, on its own queue: OCR workers read the batches ahead of this body
         # (which reads whatever they have not, waiting on a read in progress rather than repeating it).
         cursor = int((ctx.meta.get("cursor") if ctx else 0) or 0)
-        send_read_ahead(items[cursor:], s.ingest_batch_size)
+        send_read_ahead(items[cursor:], s.ingest_batch_size, s.ocr_mode)
     return run_ingest(ctx, items=items, documents=documents, **params)

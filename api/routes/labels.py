@@ -70,6 +70,9 @@ class LabelRecord(Envelope):
     label_features: list[str] = Field(default_factory=list)
     fields: dict[str, FieldValue] = Field(description="each field's value and where it came from")
     read: Reading | None = Field(None, description="null when the label was not read (OCR_MODE=off, text)")
+    read_pending: bool = Field(
+        False, description="its read was deferred (OCR_MODE=auto, full uploader fields): a background pass reads it"
+    )
     corrections: dict[str, dict] = Field(default_factory=dict, description="what people corrected, when")
 
 

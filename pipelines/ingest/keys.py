@@ -7,6 +7,8 @@ yana:read:lock:{sha1}        string: held by the process reading those bytes (TT
 yana:label:corrections       hash: label id -> JSON {field: {value, source, confidence, at}}
 yana:label:lock:{label_id}   string: one correction of a label at a time
 yana:label:images            hash: label id -> blob key of its image (pipelines.labels.schema, read by search)
+yana:read:deferred           zset: label id -> when its deferred read is due (pipelines.ingest.deferred)
+yana:ingest:active           string: set by every ingest batch with a TTL (deferred reads wait for it to lapse)
 """
 
 OUTCOMES_KEY = "yana:ingest:{job_id}:items"
@@ -15,3 +17,5 @@ READING_KEY = "yana:read:{sha1}"
 READING_LOCK_KEY = "yana:read:lock:{sha1}"
 CORRECTIONS_KEY = "yana:label:corrections"
 LABEL_LOCK_KEY = "yana:label:lock:{label_id}"
+DEFERRED_READS_KEY = "yana:read:deferred"
+INGEST_ACTIVE_KEY = "yana:ingest:active"

@@ -27,6 +27,7 @@ import orjson
 
 from pipelines.embedding.cache import embed_cached
 from pipelines.ingest import corrections, image_io, readings, sources
+from pipelines.ingest import deferred as deferred_reads
 from pipelines.ingest.accept import remove_staged, staging_prefix
 from pipelines.ingest.keys import OUTCOMES_KEY, RETRY_KEY
 from pipelines.ingest.pictures import stored_pictures
@@ -163,6 +164,14 @@ def _read_item(r, sha1: str, image, fields: dict, out: dict, s: Settings) -> dic
     return reading
 
 
+def read_values(reading: dict | None) -> dict[str, dict]:
+    """{name: {value, source, confidence}} of what a reading extracted."""
+    return {
+        k: {"value": f.get("value"), "source": f.get("source") or "ocr", "confidence": f.get("confidence", 0.0)}
+        for k, f in ((reading or {}).get("fields") or {}).items()
+    }
+
+
 def _field_values(fields: dict, reading: dict | None) -> dict[str, dict]:
     """{name: {value, source, confidence}}: the uploader's fields win over the read ones."""
     given = {
@@ -170,11 +179,7 @@ def _field_values(fields: dict, reading: dict | None) -> dict[str, dict]:
         for k, v in fields.items()
         if k in labels.STRING_FIELDS and v
     }
-    read = {
-        k: {"value": f.get("value"), "source": f.get("source") or "ocr", "confidence": f.get("confidence", 0.0)}
-        for k, f in ((reading or {}).get("fields") or {}).items()
-    }
-    return merge_field_values(given, read)
+    return merge_field_values(given, read_values(reading))
 
 
 def label_record(
@@ -249,9 +254,18 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         # file_path: the image on this host's disk (relative to DATA_DIR); none with a shared store.
         file_path = image_key if blobs.local_path(image_key) is not None else ""
         out["file_path"] = file_path or None
-        reading = _read_item(r, sha1, dec.image, fields, out, s)
+        deferred = r is not None and deferred_reads.defers(r, s, fields, sha1)
+        late: dict[str, dict | None] = {}  # the deferred read, if the decision needed it after all
+
+        def read_now() -> tuple[dict, dict]:
+            late["reading"] = got = _read_item(r, sha1, dec.image, fields, out, s)
+            return readings.identity_fields(got, fields), readings.said_fields(got, fields)
+
+        reading = None if deferred else _read_item(r, sha1, dec.image, fields, out, s)
         read = readings.identity_fields(reading, fields)
-        said = readings.said_fields(reading, fields)
+        # deferred: the uploader's brand stands for the read one until it is read (the label joins
+        # the read-the-same set it would join once read, and finds that set's members)
+        said = readings.said_fields(reading, fields) if not deferred else {"brand_name": fields.get("brand_name")}
         entry, digest, verify = neardup.verifier_for(
             dec.image,
             fields,
@@ -260,6 +274,8 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
             said=said,
             blob_key=image_key,
             pictures=stored_pictures(r, blobs) if s.neardup_picture_check else None,
+            read_query=read_now if deferred else None,
+            readings=deferred_reads.stored_readings(r, blobs, s) if r is not None and s.ocr_mode != "off" else None,
         )
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(
@@ -275,8 +291,14 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
     except YanaError as exc:
         out["error"] = exc.body()
         return out, None
+    if deferred and "reading" in late:  # read after all (it had candidates): as if read inline
+        deferred, reading = False, late["reading"]
+        if res.status == "indexed" and reading is not None:
+            deferred_reads.index_reading(index, sha1, fields, reading)
     out["id"] = res.label_id
     out["image_url"] = labels.image_url(res.label_id)
+    if deferred and res.status != "dedup":
+        out["read"] = "deferred"  # read after the ingest (pipelines.ingest.deferred)
     if res.status == "dedup":
         out.update(dedup=True, dedup_of=res.label_id, distance=res.distance, verifier_score=res.score)
         # What a split (pipelines.review) needs to restore the upload exactly: its fields and
@@ -288,6 +310,8 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
     record, text_fields = label_record(
         res.label_id, fields, reading, sha1=sha1, phash=ph, file_path=file_path, fixed=fixed
     )
+    if deferred:
+        record["ocr"] = "deferred"
     if item.get("name"):  # the name the client uploaded it under (the dedup report shows it)
         record["file_name"] = str(item["name"])[:300]
     return out, {"record": record, "fields": text_fields, "image_key": image_key}
@@ -387,6 +411,9 @@ def ingest_images(
                 images = {lab["record"]["id"]: lab["image_key"] for _o, lab in labels_to_write}
                 if images:
                     p.hset(LABEL_IMAGES_KEY, mapping=images)
+                deferred_reads.note_batch(
+                    p, [lab["record"]["id"] for _o, lab in labels_to_write if lab["record"].get("ocr") == "deferred"], s
+                )
                 p.execute()
             cursor = start + len(batch)
             ctx.save_meta(cursor=cursor)

@@ -21,7 +21,7 @@ from pipelines.ingest.corrections import apply_corrections, corrections
 from pipelines.ingest.keys import CORRECTIONS_KEY, LABEL_LOCK_KEY
 from pipelines.ingest.pipeline import label_chunks, write_chunks, write_targets
 from pipelines.labels import schema as labels
-from pipelines.labels.model import TEXT_FIELDS
+from pipelines.labels.model import TEXT_FIELDS, merge_field_values
 from pipelines.search import collections as vector_index
 from yana.errors import ErrorCode, YanaError
 from yana.settings import get_settings
@@ -142,6 +142,7 @@ def _view(r, label_id: str, meta: dict, fixed: dict[str, dict]) -> dict:
         "label_features": rec["label_features"],
         "fields": fields,
         "read": read,
+        "read_pending": meta.get("ocr") == "deferred",
         "corrections": fixed,
     }
 
@@ -179,6 +180,50 @@ def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
         }
         _rewrite(r, chroma, record, text_fields, old_ids=ids)
         return _view(r, label_id, labels.to_metadata(record) | {"field_sources": record["field_sources"]}, fixed)
+    finally:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - expired meanwhile: the write is done either way
+            pass
+
+
+def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
+    """A deferred read (pipelines.ingest.deferred) joins the label it was deferred for: the fields
+    read and the read text go into its record and its text, as if read during its ingest (the
+    uploader's fields and people's corrections still win), and the label is re-indexed at once.
+    False when no such label is indexed (removed meanwhile). Idempotent."""
+    from pipelines.ingest.pipeline import read_values
+
+    lock = r.lock(LABEL_LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
+    if not lock.acquire():
+        raise YanaError.of(ErrorCode.CONFLICT, f"{label_id} is being corrected; its read is applied later")
+    try:
+        ids, docs, metas = _chunks(chroma, r, label_id)
+        if not metas:
+            return False
+        meta = metas[0]
+        record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
+        record["ocr"] = "read"  # a value, not a removal: Chroma's upsert merges metadata keys
+        values = merge_field_values(_values_of(meta), read_values(reading))
+        record["ocr_text"] = reading.get("text") or ""
+        record["ocr_engine"] = reading.get("engine") or ""
+        for k in TEXT_FIELDS:
+            if not record.get(k) and k in values:
+                record[k] = values[k]["value"]
+        if not record.get("label_features") and reading.get("label_features"):
+            record["label_features"] = list(reading["label_features"])
+        values = apply_corrections(record, values, corrections(r, label_id))
+        record["field_sources"] = orjson.dumps(values).decode()
+        text_fields = {
+            "category": record.get("category"),
+            **{k: record.get(k) for k in TEXT_FIELDS},
+            "label_features": record.get("label_features"),
+            "text": _free_text(docs, str(meta.get("ocr_text") or "")),
+            "ocr_fields": {k: v["value"] for k, v in values.items() if k not in TEXT_FIELDS},
+            "ocr_text": record["ocr_text"],
+        }
+        _rewrite(r, chroma, record, text_fields, old_ids=ids)
+        return True
     finally:
         try:
             lock.release()

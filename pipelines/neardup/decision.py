@@ -39,6 +39,7 @@ import base64
 import hashlib
 import unicodedata
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -171,6 +172,14 @@ def fields_digest(fields: dict | None) -> str:
     return hashlib.sha1("\x1f".join(vals).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
+class Readings(Protocol):
+    """What stored labels whose read was deferred say (pipelines.ingest.deferred), read when one is
+    a candidate: per (label id, blob key of its original, its uploader's fields) the (read, said)
+    pair verifier_for takes, or None when it cannot be read. One call per decision."""
+
+    def __call__(self, refs: list[tuple[str, str, dict]]) -> list[tuple[dict, dict] | None]: ...
+
+
 class Pictures(Protocol):
     """The aligned picture check's pictures of stored labels: per (label id, blob key of its
     original, '' when the entry has none) the picture (picture.decode's array), None when it
@@ -180,7 +189,12 @@ class Pictures(Protocol):
 
 
 def make_entry(
-    sig: bytes, fields: dict | None, read: dict | None = None, said: dict | None = None, blob_key: str = ""
+    sig: bytes,
+    fields: dict | None,
+    read: dict | None = None,
+    said: dict | None = None,
+    blob_key: str = "",
+    deferred: bool = False,
 ) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
@@ -199,6 +213,22 @@ def make_entry(
         doc["said"] = everything
     if blob_key:  # where the original is: the aligned picture check reads its picture from there
         doc["b"] = blob_key
+    if deferred:  # not read yet (OCR deferred): a verifier that meets it reads it first (Readings)
+        doc["d"] = 1
+    return orjson.dumps(doc).decode()
+
+
+def entry_with_reading(entry: str, read: dict | None, said: dict | None) -> str:
+    """A stored entry after its deferred read: what was read in it, no longer marked unread."""
+    doc = orjson.loads(entry)
+    doc.pop("d", None)
+    doc.pop("read", None)
+    doc.pop("said", None)
+    sure, everything = _read_keys(read), _read_keys(said)
+    if sure:
+        doc["read"] = sure
+    if everything and everything != sure:
+        doc["said"] = everything
     return orjson.dumps(doc).decode()
 
 
@@ -246,6 +276,11 @@ class Verifier:
     # pictures come from (None: no check)
     image: Image.Image | None = field(default=None, repr=False)
     pictures: Pictures | None = field(default=None, repr=False)
+    # A deferred read (OCR_MODE=auto with full uploader fields): the query is read only when it
+    # has candidates (read_query gives its (read, said), once), and candidates whose own read was
+    # deferred are read then (readings), so a deferred read never weakens a decision.
+    read_query: Callable[[], tuple[dict, dict]] | None = field(default=None, repr=False)
+    readings: Readings | None = field(default=None, repr=False)
     _pic_array: Any = field(default=None, repr=False, compare=False)  # the query's picture, once
 
     def _picture_parts(self, stored: np.ndarray) -> picture.Parts:
@@ -288,14 +323,44 @@ class Verifier:
             return True, TEXT_AGREE_MAX_SCORE, "verifier (text agrees)", True
         return False, 1.0, "verifier", False
 
+    def _read_now(self, parsed: list[tuple[str, int, bytes | None, dict]]) -> None:
+        """The deferred reads this decision needs: the query's (once), then those of candidates
+        whose entry says they were not read yet and whose fields do not already rule them out."""
+        if not parsed:  # no candidate: a new label whatever it says, nothing needs reading
+            return
+        if self.read_query is not None:
+            hook, self.read_query = self.read_query, None
+            read, said = hook()
+            self.read = {k: v for k, v in read.items() if k in READ_KEYS and v}
+            self.said = {k: v for k, v in said.items() if k in READ_KEYS and v} or dict(self.read)
+        if self.readings is None or not self.said:  # nothing read off the query: nothing to compare
+            return
+        todo = [
+            (label, theirs)
+            for label, _d, _sig, theirs in parsed
+            if theirs.get("d") and not (self.use_fields and fields_conflict(self.fields, theirs))
+        ]
+        if not todo:
+            return
+        refs = [
+            (label, str(theirs.get("b") or ""), {k: theirs[k] for k in FIELD_KEYS if theirs.get(k)})
+            for label, theirs in todo
+        ]
+        for (_label, theirs), got in zip(todo, self.readings(refs), strict=True):
+            if got is not None:
+                read, said = got
+                theirs["read"] = _read_keys(read)
+                theirs["said"] = _read_keys(said) or theirs["read"]
+
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
+        parsed = [(label_id, distance, *parse_entry(entry)) for label_id, distance, entry in candidates]
+        self._read_now(parsed)
         verdicts: list[tuple[str, int, dict[str, Any]]] = []
         # (verdict row, signature, grey-only score, its limit, text agrees and fields do not, the
         # candidate's (label id, blob key) where the picture check applies)
         to_compare: list[tuple[int, bytes, bool, float, bool, tuple[str, str] | None]] = []
         blank = not has_content(self.view.luma)
-        for label_id, distance, entry in candidates:
-            sig, theirs = parse_entry(entry)
+        for label_id, distance, sig, theirs in parsed:
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
             stored = theirs.get("read") or {}
@@ -354,19 +419,34 @@ def verifier_for(
     said: dict | None = None,
     blob_key: str = "",
     pictures: Pictures | None = None,
+    read_query: Callable[[], tuple[dict, dict]] | None = None,
+    readings: Readings | None = None,
 ):
     """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
     match; `said`: every value read, which can agree; both from OCR, optional). `blob_key`: where
     its original is stored (kept in the entry, so later verifiers can read its picture);
     `pictures`: where the candidates' pictures come from, for the aligned picture check
-    (NEARDUP_PICTURE_CHECK; None: no check)."""
+    (NEARDUP_PICTURE_CHECK; None: no check). `read_query`: the query's read was deferred; it is
+    read (this gives its (read, said)) only if it has candidates, and the entry says it was not
+    read; `readings`: where candidates whose read was deferred are read."""
     view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
     read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
     said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
     return (
-        make_entry(view.sig, fields, read, said, blob_key),
+        make_entry(view.sig, fields, read, said, blob_key, deferred=read_query is not None),
         fields_digest(fields),
-        Verifier(view, fields, legacy_threshold, use_fields, read, said, image=image, pictures=pictures),
+        Verifier(
+            view,
+            fields,
+            legacy_threshold,
+            use_fields,
+            read,
+            said,
+            image=image,
+            pictures=pictures,
+            read_query=read_query,
+            readings=readings,
+        ),
     )

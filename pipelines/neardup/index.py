@@ -125,6 +125,15 @@ redis.call('HDEL', KEYS[3], string.sub(ARGV[1], 1, 16))
 return 1
 """
 
+# KEYS: sha1 map, signature map, the read-the-same set (or ''). ARGV: sha1, key, signature entry.
+# What a deferred read found, on an image still indexed: its entry replaced, the set joined.
+_ADD_READING = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+if KEYS[3] ~= '' then redis.call('SADD', KEYS[3], ARGV[2]) end
+return 1
+"""
+
 
 @dataclass
 class Outcome:
@@ -413,6 +422,7 @@ class PHashIndex:
         self._lock = threading.RLock()  # a sync, and a candidate search with the sync it rests on
         self._check = r.register_script(_CHECK_AND_INSERT)
         self._remove = r.register_script(_REMOVE)
+        self._add_reading = r.register_script(_ADD_READING)
 
     def sync(self) -> int:
         """Apply log records appended since the last sync. Returns how many were read."""
@@ -600,6 +610,17 @@ class PHashIndex:
 
     def lookup_sha1(self, sha1: str) -> dict | None:
         return lookup_sha1(self.r, sha1, self.sha1_key)
+
+    def entry(self, sha1: str) -> str | None:
+        """The signature entry of an indexed image (None: none)."""
+        return self.r.hget(self.sig_key, sha1[:16])
+
+    def add_reading(self, sha1: str, entry: str, text_digest: str = "") -> bool:
+        """After a deferred read: the image's signature entry becomes `entry` (what was read now in
+        it) and it joins the read-the-same set of `text_digest`, if it is still indexed. Its
+        candidates were judged when it was indexed (reading whatever they needed then)."""
+        keys = [self.sha1_key, self.sig_key, self.text_set(text_digest)]
+        return bool(self._add_reading(keys=keys, args=[sha1, sha1[:16], entry]))
 
     def remove(self, sha1: str) -> bool:
         return bool(self._remove(keys=[self.log_key, self.sha1_key, self.sig_key], args=[sha1]))

@@ -4,6 +4,7 @@ corrected record and the next search finds the label by the corrected words."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -53,6 +54,27 @@ def test_a_correction_is_searchable_at_once(client, label_id):
     hits = client.post("/v1/search", json={"query_text": brand, "k": 3}).json()["hits"]
     assert hits and hits[0]["id"] == label_id and hits[0]["brand_name"] == brand
     assert client.get(f"/v1/labels/{label_id}").json()["brand_name"] == brand
+
+
+def test_a_label_sent_with_full_fields_is_read_after_its_ingest(client):
+    """OCR_MODE=auto: the read waits for the ingest (pipelines.ingest.deferred); the workers'
+    maintenance loop sends it to the ocr queue once ingest is idle, and the record then shows it."""
+    data = images.encode(images.render_label(META, seed=9101), "JPEG", 90)
+    fields = {"category": "sake", "brand_name": "後読銘柄", "product_name": "後読純米", "brewery": "試験酒造"}
+    r = client.post("/v1/ingest", files={"file": ("b.jpg", data, "image/jpeg")}, data=fields)
+    assert r.status_code == 202, r.text
+    job = wait_job(client, r.json()["job_id"], timeout_s=180)
+    assert job["status"] == "succeeded", job
+    item = job["result"]["items"][0]
+    assert item["read"] == "deferred" and item["read_text"] is None, item
+    deadline = time.monotonic() + 120
+    while True:
+        rec = client.get(f"/v1/labels/{item['id']}").json()
+        if not rec["read_pending"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert rec["read"] and rec["read"]["engine"] and not rec["read_pending"], rec
+    assert rec["fields"]["product_name"] == {"value": "後読純米", "source": "uploader", "confidence": 1.0}
 
 
 @pytest.mark.parametrize(
