@@ -2,6 +2,7 @@
 embedding backend alone on the same label texts, in the same run.
 
     .venv/bin/python bench/ingest_rate.py [--n 256] [--batch 16] [--parallel 2] [--workers 1,2] [--cli]
+                                          [--ocr-modes off,auto,always]
 
 Starts a private stack (tests/stack.py: redis-server, chroma, the API) in a temp folder, then one
 phase per worker count: worker processes of concurrency 1 and one embedding thread, each pinned to
@@ -12,6 +13,12 @@ phase and its ratio to one worker, beside the embedding backend alone on the sam
 DIR/labels.jsonl` (a subprocess, its default options, against the same API) on as many other
 fresh images of the same kind, written to disk as a user's folder; its images/s end to end
 (process start to exit, as a user waits) and the rate it reports are printed beside the bench's.
+
+--ocr-modes: one stack per OCR_MODE, in one run, on the same images (sent with full uploader
+fields): `off` is the rate before labels were read, `auto` defers their reads to the background
+pass (pipelines.ingest.deferred), `always` reads them inline. Each phase's rate stops when its jobs
+end; the deferred reads then left, and the seconds the pass took to drain them, are printed
+beside it (the next phase starts after they are done).
 
 It also prints the CPU time each part of the system spent per image in each phase (the workers,
 the API, Chroma, Redis, this client): on a host with as many cores as workers, the other parts
@@ -134,23 +141,23 @@ def run_cli(folder: Path, api_url: str, batch: int | None, parallel: int | None 
     return secs, (m.group(6) if m else "?"), (m.group(0) if m else done.stdout[-300:])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=256, help="images per phase")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--parallel", type=int, default=2, help="jobs in flight per worker process")
-    ap.add_argument("--workers", default="1,2", help="worker process counts to run, one phase each")
-    ap.add_argument("--cli", action="store_true", help="also run the real `yana ingest` in each phase")
-    ap.add_argument("--cli-batch", type=int, help="--batch for `yana ingest` (default: its own default)")
-    ap.add_argument("--cli-parallel", type=int, help="--parallel for `yana ingest` (default: its own default)")
-    args = ap.parse_args()
-    counts = [int(x) for x in args.workers.split(",")]
-    cores = sorted(os.sched_getaffinity(0))
+def drain_deferred(redis_url: str, timeout_s: float = 1800) -> tuple[float, int]:
+    """Wait for the deferred label reads (OCR_MODE=auto, full fields) to be done: (seconds, how
+    many there were when the phase's jobs ended)."""
+    import redis
 
-    per_phase = args.n * (2 if args.cli else 1)
-    metas = images.label_set(per_phase * len(counts) + 4 * args.batch, seed=9)
-    warm, metas = metas[: 4 * args.batch], metas[4 * args.batch :]
-    cli_rows: list[tuple[int, float, float, str, str, float]] = []
+    from pipelines.ingest.keys import DEFERRED_READS_KEY
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    n0 = int(r.zcard(DEFERRED_READS_KEY))
+    t0 = time.perf_counter()
+    while r.zcard(DEFERRED_READS_KEY) and time.perf_counter() - t0 < timeout_s:
+        time.sleep(0.2)
+    return time.perf_counter() - t0, n0
+
+
+def run_mode(args, mode: str, metas, warm, counts, cores) -> dict:
+    """One private stack with OCR_MODE=mode, one phase per worker count."""
     import json
 
     def post(client, batch):
@@ -161,10 +168,13 @@ def main() -> None:
         assert r.status_code == 202, r.text
         return wait_job(client, r.json()["job_id"], 900)
 
+    per_phase = args.n * (2 if args.cli else 1)
+    cli_rows: list[tuple[int, float, float, str, str, float]] = []
     root = Path(tempfile.mkdtemp(prefix="yana-bench-ingest-"))
     # One process per worker, one thread each (processes x threads = cores), pinned to its own core.
-    stack = start_stack(root, worker=False, INGEST_BATCH_SIZE=str(args.batch), EMBED_THREADS="1")
+    stack = start_stack(root, worker=False, INGEST_BATCH_SIZE=str(args.batch), EMBED_THREADS="1", OCR_MODE=mode)
     rows = []
+    drains = []
     cpu_ms: list[dict[str, float]] = []
     try:
         with httpx.Client(base_url=stack.api_url, timeout=300) as client:
@@ -178,6 +188,7 @@ def main() -> None:
                     w = [make_batch(warm[k * 4 : k * 4 + 4], 100 + 10 * len(workers) + k) for k in range(4)]
                     with ThreadPoolExecutor(4) as pool:
                         list(pool.map(lambda b: post(client, b), w))
+                    drain_deferred(stack.redis_url)
                 part = metas[phase * per_phase : phase * per_phase + args.n]
                 batches = [
                     make_batch(part[i : i + args.batch], 900_000 + 10_000 * phase + i)
@@ -190,6 +201,7 @@ def main() -> None:
                     jobs = list(pool.map(lambda b: post(client, b), batches))
                 e2e_s = time.perf_counter() - t0
                 cpu1 = cpu_seconds(stack)
+                drains.append(drain_deferred(stack.redis_url))
                 cpu_ms.append({k: 1e3 * (cpu1[k] - cpu0.get(k, 0.0)) / len(part) for k in cpu1})
                 res = [j["result"] for j in jobs]
                 if args.cli:  # the same number of other fresh images, through `yana ingest`
@@ -199,6 +211,7 @@ def main() -> None:
                     )
                     cli_s, cli_rate, summary = run_cli(folder, stack.api_url, args.cli_batch, args.cli_parallel)
                     cli_rows.append((count, args.n / cli_s, cli_s, cli_rate, summary, os.getloadavg()[0]))
+                    drain_deferred(stack.redis_url)
                 rows.append(
                     (
                         count,
@@ -213,38 +226,83 @@ def main() -> None:
 
         # the model the workers resolved, recorded in the stack's own Redis (never the default one)
         model = resolve_default_model(redis.Redis.from_url(stack.redis_url, decode_responses=True))
-        embed_s = time_embedding(texts, args.batch, model)
     finally:
         stack.stop()
+    return {"rows": rows, "cli_rows": cli_rows, "cpu_ms": cpu_ms, "drains": drains, "model": model, "texts": texts}
 
-    emb = get_embedder(model)
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=256, help="images per phase")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--parallel", type=int, default=2, help="jobs in flight per worker process")
+    ap.add_argument("--workers", default="1,2", help="worker process counts to run, one phase each")
+    ap.add_argument("--cli", action="store_true", help="also run the real `yana ingest` in each phase")
+    ap.add_argument("--cli-batch", type=int, help="--batch for `yana ingest` (default: its own default)")
+    ap.add_argument("--cli-parallel", type=int, help="--parallel for `yana ingest` (default: its own default)")
+    ap.add_argument(
+        "--ocr-modes",
+        default="auto",
+        help="OCR_MODE of each run, a stack each, on the same images (e.g. off,auto,always: the rate"
+        " before labels were read, with the read deferred, read inline)",
+    )
+    args = ap.parse_args()
+    counts = [int(x) for x in args.workers.split(",")]
+    cores = sorted(os.sched_getaffinity(0))
+
+    per_phase = args.n * (2 if args.cli else 1)
+    metas = images.label_set(per_phase * len(counts) + 4 * args.batch, seed=9)
+    warm, metas = metas[: 4 * args.batch], metas[4 * args.batch :]
+    runs = {mode: run_mode(args, mode, metas, warm, counts, cores) for mode in args.ocr_modes.split(",")}
+    first = next(iter(runs.values()))
+    embed_s = time_embedding(first["texts"], args.batch, first["model"])
+    emb = get_embedder(first["model"])
     print(
         f"model {emb.model_name} (dim {emb.dim}), {args.n} images of 240x360 per phase, batches of {args.batch}, "
         f"{args.parallel} jobs in flight per worker; worker processes of concurrency 1, EMBED_THREADS=1, "
-        f"each pinned to its own core ({len(cores)} cores)"
+        f"each pinned to its own core ({len(cores)} cores); full uploader fields (brand, product, brewery, region)"
     )
-    print("| worker processes | images/s end to end | seconds | indexed | failed | load avg (1 min) | x one worker |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for count, rate, secs, indexed, failed, load in rows:
-        print(f"| {count} | {rate:.1f} | {secs:.2f} | {indexed} | {failed} | {load:.1f} | {rate / rows[0][1]:.2f} |")
-    print(f"embedding backend alone, one thread, same texts: {len(texts) / embed_s:.1f} texts/s")
-    if cli_rows:
-        print("\n`yana ingest DIR --meta DIR/labels.jsonl` (its defaults) on as many other fresh images, same stack:")
-        print("| worker processes | bench images/s | CLI images/s (process start to exit) | CLI / bench | "
-              "rate the CLI printed | seconds | load avg (1 min) |")  # fmt: skip
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for (count, rate, *_r), (_c, cli_rate, cli_s, printed, _summary, load) in zip(rows, cli_rows, strict=True):
+    base = runs.get("off")
+    for mode, run in runs.items():
+        rows = run["rows"]
+        print(f"\nOCR_MODE={mode}:")
+        print(
+            "| worker processes | images/s end to end | seconds | indexed | failed | load avg (1 min) | x one worker |"
+            + (" x OCR_MODE=off |" if base and mode != "off" else "")
+            + " deferred reads after the jobs: labels, seconds to drain |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if base and mode != "off" else "") + "---:|")
+        for k, (count, rate, secs, indexed, failed, load) in enumerate(rows):
+            vs = f" {rate / base['rows'][k][1]:.2f} |" if base and mode != "off" else ""
+            drain_s, n_def = run["drains"][k]
             print(
-                f"| {count} | {rate:.1f} | {cli_rate:.1f} | {cli_rate / rate:.2f} | {printed} | {cli_s:.2f} | {load:.1f} |"
+                f"| {count} | {rate:.1f} | {secs:.2f} | {indexed} | {failed} | {load:.1f} | {rate / rows[0][1]:.2f} |"
+                f"{vs} {n_def}, {drain_s:.1f} |"
             )
-    parts = ["workers", "api", "chroma", "redis", "client"]
-    print("\nCPU ms per image by part (user + system), and the rate the workers alone would reach with a core each:")
-    print(f"| worker processes | {' | '.join(parts)} | all | worker-bound images/s | x one worker |")
-    print("|---:|" + "---:|" * (len(parts) + 3))
-    bound = [count / (cpu["workers"] / 1e3) for (count, *_r), cpu in zip(rows, cpu_ms, strict=True)]
-    for (count, *_r), cpu, b in zip(rows, cpu_ms, bound, strict=True):
-        cells = " | ".join(f"{cpu.get(p, 0.0):.1f}" for p in parts)
-        print(f"| {count} | {cells} | {sum(cpu.values()):.1f} | {b:.1f} | {b / bound[0]:.2f} |")
+        if run["cli_rows"]:
+            print(
+                "\n`yana ingest DIR --meta DIR/labels.jsonl` (its defaults) on as many other fresh images, same stack:"
+            )
+            print("| worker processes | bench images/s | CLI images/s (process start to exit) | CLI / bench | "
+                  "rate the CLI printed | seconds | load avg (1 min) |")  # fmt: skip
+            print("|---:|---:|---:|---:|---:|---:|---:|")
+            for (count, rate, *_r), (_c, cli_rate, cli_s, printed, _summary, load) in zip(
+                rows, run["cli_rows"], strict=True
+            ):
+                print(
+                    f"| {count} | {rate:.1f} | {cli_rate:.1f} | {cli_rate / rate:.2f} | {printed} | {cli_s:.2f} | {load:.1f} |"
+                )
+        parts = ["workers", "api", "chroma", "redis", "client"]
+        print(
+            "\nCPU ms per image by part (user + system), and the rate the workers alone would reach with a core each:"
+        )
+        print(f"| worker processes | {' | '.join(parts)} | all | worker-bound images/s | x one worker |")
+        print("|---:|" + "---:|" * (len(parts) + 3))
+        bound = [count / (cpu["workers"] / 1e3) for (count, *_r), cpu in zip(rows, run["cpu_ms"], strict=True)]
+        for (count, *_r), cpu, b in zip(rows, run["cpu_ms"], bound, strict=True):
+            cells = " | ".join(f"{cpu.get(p, 0.0):.1f}" for p in parts)
+            print(f"| {count} | {cells} | {sum(cpu.values()):.1f} | {b:.1f} | {b / bound[0]:.2f} |")
+    print(f"\nembedding backend alone, one thread, same texts: {len(first['texts']) / embed_s:.1f} texts/s")
     print(f"load average after the run (cores shared with other processes): {os.getloadavg()}")
 
 

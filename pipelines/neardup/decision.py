@@ -326,7 +326,13 @@ class Verifier:
     def _read_now(self, parsed: list[tuple[str, int, bytes | None, dict]]) -> None:
         """The deferred reads this decision needs: the query's (once), then those of candidates
         whose entry says they were not read yet and whose fields do not already rule them out."""
-        if not parsed:  # no candidate: a new label whatever it says, nothing needs reading
+        # a candidate the uploader's fields rule out is another label whatever either says
+        open_ = [
+            (label, theirs)
+            for label, _d, _sig, theirs in parsed
+            if not (self.use_fields and fields_conflict(self.fields, theirs))
+        ]
+        if not open_:  # so with none left (or no candidate at all), nothing needs reading
             return
         if self.read_query is not None:
             hook, self.read_query = self.read_query, None
@@ -335,11 +341,7 @@ class Verifier:
             self.said = {k: v for k, v in said.items() if k in READ_KEYS and v} or dict(self.read)
         if self.readings is None or not self.said:  # nothing read off the query: nothing to compare
             return
-        todo = [
-            (label, theirs)
-            for label, _d, _sig, theirs in parsed
-            if theirs.get("d") and not (self.use_fields and fields_conflict(self.fields, theirs))
-        ]
+        todo = [(label, theirs) for label, theirs in open_ if theirs.get("d")]
         if not todo:
             return
         refs = [

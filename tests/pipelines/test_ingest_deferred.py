@@ -133,3 +133,14 @@ def test_always_and_partial_fields_read_during_the_ingest(env):
     out = ingest_bytes(env, [second], "job-2", partial)
     assert "read" not in out["items"][0] and out["items"][0]["read_text"]
     assert env.r.zcard(DEFERRED_READS_KEY) == 0
+
+
+def test_candidates_the_uploaders_fields_rule_out_need_no_read(env):
+    """One brand's product line sent with full fields: each label is a candidate of the others (the
+    same brand), but another product name already makes it another label, so nothing is read."""
+    first, second, _ga, _gb = _grade_pair()
+    a = ingest_bytes(env, [first], "job-a", FULL)["items"][0]
+    b = ingest_bytes(env, [second], "job-b", {**FULL, "product_name": "試験の吟醸"})["items"][0]
+    assert a["read"] == "deferred" and b["read"] == "deferred" and not b["dedup"], b
+    assert readings.cached(env.r, hashing.sha1_hex(second)) is None
+    assert env.r.zcard(DEFERRED_READS_KEY) == 2
