@@ -118,6 +118,7 @@ class Tally:
     dedup: int = 0
     failed: int = 0
     unknown: int = 0
+    read_later: int = 0  # indexed with their read deferred (OCR_MODE=auto, full fields)
     failures: list[tuple[str, str]] = field(default_factory=list)
     merges: list[tuple[str, str, int | None]] = field(default_factory=list)  # file, merged into, distance
     jobs: list[tuple[str, str, int]] = field(default_factory=list)  # job id, "" | "earlier run" | "resent", files
@@ -163,6 +164,7 @@ class Tally:
                     self.merges.append((name, o.get("dedup_of") or o.get("id") or "?", o.get("distance")))
                 else:
                     self.indexed += 1
+                    self.read_later += o.get("read") == "deferred"
 
 
 def _batch_form(batch: list[Path], root: Path, meta: dict, defaults: dict, strict: bool):
@@ -344,6 +346,13 @@ def _print_summary(tally: Tally, elapsed: float, link: ApiLink) -> None:
     rate = tally.rate(elapsed)
     table.add_row(*map(str, counts), f"{elapsed:.1f}", "-" if rate is None else f"{rate:.1f}")
     out.print(table)
+    if tally.read_later:
+        out.print(
+            f"{tally.read_later} label(s) sent with their brand, product and brewery are read after the ingest "
+            "(a background pass, once ingest is idle): their read text and fields follow shortly",
+            soft_wrap=True,
+            highlight=False,
+        )
     if tally.merges:
         mt = Table(title=f"near-duplicate merges ({len(tally.merges)})")
         mt.add_column("file")

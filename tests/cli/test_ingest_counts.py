@@ -26,6 +26,22 @@ def test_unsent_files_are_unknown_not_done(tmp_path):
     assert tally.rate(1.0) == 2.0
 
 
+def test_labels_read_after_the_ingest_are_said(tmp_path, monkeypatch):
+    tally = data.Tally()
+    outcomes = [{"id": "x", "read": "deferred"}, {"id": "y", "read_text": "獺祭"}, {"dedup": True}]
+    tally.add(_batch(tmp_path, ["a.jpg", "b.jpg", "c.jpg"], job_id="j1", outcomes=outcomes), tmp_path)
+    assert (tally.indexed, tally.read_later) == (2, 1)
+    buf = io.StringIO()
+    monkeypatch.setattr(data, "out", Console(file=buf, width=200))
+
+    class Link:
+        outages = 0
+        url = "http://x"
+
+    data._print_summary(tally, 1.0, Link())
+    assert "1 label(s) sent with their brand, product and brewery are read after the ingest" in buf.getvalue()
+
+
 def test_a_replay_of_an_earlier_run_has_no_rate(tmp_path, monkeypatch):
     tally = data.Tally()
     outcomes = [{"id": "x"}] * 3
