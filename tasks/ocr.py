@@ -17,6 +17,9 @@ OCR_QUEUE = "ocr"
 READ_TASK = "yana.ocr.read_batch"
 DEFERRED_TASK = "yana.ocr.read_deferred"
 DEFERRED_BATCH = 16  # labels per background-pass task
+# Claimed reads wait in the ocr queue while it holds more messages than this: with no OCR worker
+# consuming it, reads claimed again after their lease would otherwise pile up there.
+DEFERRED_MAX_WAITING = 8
 
 
 @app.task(name=READ_TASK, bind=True, ignore_result=True)
@@ -51,7 +54,7 @@ def read_deferred(self: Task, label_ids: list | None = None) -> dict:
 def send_deferred_reads(r, s) -> int:
     """The deferred reads that are due and may run now, sent to queue `ocr` (the workers'
     maintenance loop calls this every tick). Returns how many labels were sent."""
-    if s.ocr_mode != "auto":
+    if s.ocr_mode != "auto" or r.llen(OCR_QUEUE) > DEFERRED_MAX_WAITING:
         return 0
     due = deferred.claim_due(r, s)
     for start in range(0, len(due), DEFERRED_BATCH):
