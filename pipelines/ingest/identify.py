@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.ingest import image_io, readings, sources
+from pipelines.ingest import deferred, image_io, readings, sources
 from pipelines.ingest.pictures import stored_pictures
 from pipelines.labels import schema as labels
 from pipelines.neardup import decision as neardup
@@ -102,6 +102,8 @@ def identify(
         read=said,
         said=readings.said_fields(reading),
         pictures=stored_pictures(r, blobs) if s.neardup_picture_check and blobs is not None else None,
+        # a candidate whose read was deferred is read now (pipelines.ingest.deferred), as ingest does
+        readings=deferred.stored_readings(r, blobs, s) if s.ocr_mode != "off" and blobs is not None else None,
     )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)
