@@ -204,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--speed-n", type=int, default=0, help="images for the 1-worker timing (0: all)")
     ap.add_argument("--det-side", type=int, default=0, help="ppocr detection input side (0: default)")
+    ap.add_argument(
+        "--det-upscale", type=float, default=0, help="ppocr: enlarge small photos for detection up to this (0: default)"
+    )
     ap.add_argument("--quick", action="store_true", help="3 images, 1 worker (CI)")
     ap.add_argument("--data", default="", help="read a set written by tools.photolabels instead of generating one")
     ap.add_argument("--json", default="", help="write the per-image results here")
@@ -230,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     engines = [e for e in args.engines.split(",") if e]
     workers = [int(w) for w in args.workers.split(",") if w]
     opts = {"det_limit_side": args.det_side} if args.det_side else {}
+    if args.det_upscale:
+        opts["det_upscale"] = args.det_upscale
     results: dict[str, list[dict]] = {}
     speed: dict[str, dict[int, tuple[float, float, int]]] = defaultdict(dict)
     for eng in engines:

@@ -263,9 +263,10 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
 
         reading = None if deferred else _read_item(r, sha1, dec.image, fields, out, s)
         read = readings.identity_fields(reading, fields)
-        # deferred: the uploader's brand stands for the read one until it is read (the label joins
-        # the read-the-same set it would join once read, and finds that set's members)
-        said = readings.said_fields(reading, fields) if not deferred else {"brand_name": fields.get("brand_name")}
+        # deferred: nothing said yet, so no read-the-same set (its members, every label of the
+        # brand, would all be candidates, each ruled out by its product name at a cost per label);
+        # candidates by hash and by the same fields, and the set is joined once read
+        said = readings.said_fields(reading, fields)
         entry, digest, verify = neardup.verifier_for(
             dec.image,
             fields,

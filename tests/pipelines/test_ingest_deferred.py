@@ -136,8 +136,8 @@ def test_always_and_partial_fields_read_during_the_ingest(env):
 
 
 def test_candidates_the_uploaders_fields_rule_out_need_no_read(env):
-    """One brand's product line sent with full fields: each label is a candidate of the others (the
-    same brand), but another product name already makes it another label, so nothing is read."""
+    """A product line sent with full fields: one design, so each label is a pHash candidate of the
+    others, but another product name already makes it another label, so nothing is read."""
     first, second, _ga, _gb = _grade_pair()
     a = ingest_bytes(env, [first], "job-a", FULL)["items"][0]
     b = ingest_bytes(env, [second], "job-b", {**FULL, "product_name": "試験の吟醸"})["items"][0]
