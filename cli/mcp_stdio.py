@@ -31,7 +31,7 @@ import httpx
 from fastapi_mcp.openapi.convert import convert_openapi_to_mcp_tools
 from mcp.types import LATEST_PROTOCOL_VERSION
 
-from api.contract.mcp import call_route, error_result
+from api.contract.mcp import RATE_WAIT_S, call_route, error_result, retry_after_s
 
 log = logging.getLogger("yana.mcp.stdio")
 
@@ -96,6 +96,12 @@ class Upstream:
                 self._client = httpx.AsyncClient(base_url=self.api_url, headers=self.headers, timeout=self.timeout_s)
             if self._tools is None:
                 r = await self._client.get("/openapi.json")
+                waited = 0.0
+                # rate limited (this client's calls are counted): wait as told, as tool calls do
+                while (pause := retry_after_s(r)) is not None and waited + pause <= RATE_WAIT_S:
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    r = await self._client.get("/openapi.json")
                 if r.status_code != 200:
                     raise _RpcError(
                         INTERNAL_ERROR, f"the API at {self.api_url} answered {r.status_code}: {r.text[:300]}"

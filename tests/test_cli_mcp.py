@@ -208,3 +208,53 @@ def test_auth_applies_and_the_token_comes_from_the_environment(stack):
         assert not result["isError"] and "jobs" in result["structuredContent"]
     finally:
         allowed.close()
+
+
+def test_the_bridge_waits_out_a_429_on_the_tool_list(api_url):
+    """The tool list (GET /openapi.json) is rate limited like any call: the bridge waits as the
+    answer's Retry-After says, as it does for tool calls, instead of failing the tools/list. A real
+    HTTP server in front of the API answers the first request 429."""
+    import http.server
+    import threading
+
+    import httpx
+
+    from cli.mcp_stdio import Upstream
+
+    doc = httpx.get(api_url + "/openapi.json", timeout=30).content
+    seen: list[str] = []
+
+    class Limited(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            seen.append(self.path)
+            if len(seen) == 1:
+                self.send_response(429)
+                self.send_header("Retry-After", "0.2")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(doc)))
+            self.end_headers()
+            self.wfile.write(doc)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Limited)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        upstream = Upstream(f"http://127.0.0.1:{server.server_address[1]}", None, 10.0)
+
+        async def run():
+            try:
+                return await upstream.list_tools()
+            finally:
+                await upstream.close()
+
+        tools = asyncio.run(run())["tools"]
+    finally:
+        server.shutdown()
+    assert seen == ["/openapi.json", "/openapi.json"]
+    assert "chat" in {t["name"] for t in tools}

@@ -109,7 +109,7 @@ async def call_route(
         )
         # Rate limited (the stdio bridge's calls are counted; /mcp's in-process ones are not):
         # wait as told, up to RATE_WAIT_S per call, then the 429 is the tool's error.
-        pause = _retry_after(response)
+        pause = retry_after_s(response)
         if pause is None or waited + pause > RATE_WAIT_S:
             break
         await asyncio.sleep(pause)
@@ -127,7 +127,7 @@ async def call_route(
 RATE_WAIT_S = 30.0
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def retry_after_s(response: httpx.Response) -> float | None:
     if response.status_code != 429:
         return None
     try:
