@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -116,6 +117,23 @@ def succeeded_summary(result: Any) -> str:
     return "succeeded"
 
 
+def purge_half_imported() -> list[str]:
+    """After a cancel or a time limit interrupted a body: the submodules left behind by an import
+    it cut short. Python drops the package whose import raised but keeps the submodules it had
+    loaded, and a later import of the package then finds them without binding them to it again
+    ("module 'aiohttp' has no attribute 'client_exceptions'" in every later job of the process).
+    Dropping them lets the next import load them whole. Returns their names."""
+    names = set(sys.modules)
+    gone = sorted(
+        n
+        for n in names
+        if "." in n and any(".".join(n.split(".")[:i]) not in names for i in range(1, n.count(".") + 1))
+    )
+    for name in gone:
+        sys.modules.pop(name, None)
+    return gone
+
+
 class JobTask(Task):
     """Base class for job tasks. Subclasses (via @app.task(base=JobTask)) define `run(ctx, **params)`."""
 
@@ -173,6 +191,9 @@ class JobTask(Task):
         try:
             result = self.run(ctx, **(job.get("params") or {}))
         except (JobCancelled, SoftTimeLimitExceeded) as exc:
+            purged = purge_half_imported()
+            if purged:
+                log.warning("imports the interruption cut short, dropped: %s", ", ".join(purged[:20]), extra=extra)
             current = store.get(job_id) or {}
             if current.get("status") == jobstore.CANCELLED:
                 log.info("job cancelled while running", extra=extra)
