@@ -205,6 +205,11 @@ def _char_size(line: Line) -> float:
 _NUM = r"(\d{1,3}(?:\.\d)?)"
 _SEIMAI = re.compile(r"(?:精米歩合|精米步合|精米|歩合)[^0-9]{0,3}" + r"(\d{1,2}(?:\.\d)?)\s*[%]")
 _ALCOHOL = re.compile(r"(?:アルコ.?ル分?|アルコ.?ル度数|度数)[^0-9]{0,3}" + _NUM + r"\s*(度|%)")
+# アルコール分 as OCR misreads it on small or blurred print, two characters lost or confused
+# (アール分, アルイル分, ゾルコール分) and its unit too (16ル, 16廣): a key ending in ル分 with at
+# most two characters misread before it, then two digits (a sake's strength, 5-22; one digit
+# would take a misread like "1て度" for 1度) and whatever the unit reads as, 度 unless it is %.
+_ALCOHOL_MISREAD = re.compile(r"(?:[アァゾ].{0,3}ル分|ルコ.?ル分)[^0-9]{0,2}(\d{2}(?:\.\d)?)(?![\d.])\s*(%)?")
 _VOLUME = re.compile(
     r"(?:内容量|容量)?[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|m[I1]|m(?![a-z])|l|リットル|ミリリットル)", re.IGNORECASE
 )
@@ -233,6 +238,10 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
                 v = m.group(1)
                 v = v[:-2] if v.endswith(".0") else v
                 out["alcohol"] = Field(f"{v}{m.group(2)}", "ocr", 0.9 * ln.confidence, ln.text)
+            elif m := _ALCOHOL_MISREAD.search(tk):
+                v = m.group(1)
+                v = v[:-2] if v.endswith(".0") else v
+                out["alcohol"] = Field(f"{v}{m.group(2) or '度'}", "ocr", 0.6 * ln.confidence, ln.text)
         if "volume" not in out:
             m = _VOLUME_LABELED.search(t)
             conf = 0.9

@@ -137,3 +137,22 @@ def test_a_grade_is_matched_on_the_recognisers_alternatives_and_a_slipped_label(
     assert extract_fields(Reading((line,), "ppocr")).values()["grade"] == "大吟醸"
     # without the alternative, two slips in three characters are too many
     assert "grade" not in extract_fields(["特名称大吃酸"]).values()
+
+
+def test_alcohol_read_through_a_misread_key_and_unit():
+    """アルコール分 as the reader misreads it on small or blurred print (lines seen on the tune
+    photographs): the strength is still read, at a lower confidence; a number that is not two
+    digits is not taken for one (a misread "17" as "1て")."""
+    for text, want in [
+        ("アルコール分16ル", "16度"),
+        ("アルイル分15度", "15度"),
+        ("ゾルコール分16照", "16度"),
+        ("アール分13度", "13度"),
+        ("アルコ一ル分 16%", "16%"),
+    ]:
+        f = extract_fields([text]).fields["alcohol"]
+        assert f.value == want, text
+    assert extract_fields(["アルコ一ル分 16度"]).fields["alcohol"].confidence > 0.8, "the plain key: sure"
+    assert extract_fields(["アール分13度"]).fields["alcohol"].confidence < 0.8, "a misread key: not sure"
+    assert "alcohol" not in extract_fields(["アルコイル分1て度"]).fields
+    assert "alcohol" not in extract_fields(["日本酒度+3"]).fields
