@@ -233,15 +233,17 @@ def pair_scores(data: dict, r) -> None:
 
 def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]:
     """Per mode, on the same readings: the aligned picture check off (the decision before it), and
-    the picture accepting where the text is only consistent (decision.PICTURE_ACCEPTS_UNAGREED)."""
+    the other setting of decision.PICTURE_ACCEPTS_UNAGREED (the picture also accepting where the
+    text is only consistent: on by default since 2026-11-26)."""
     from pipelines.neardup import decision
 
     rows = []
     saved = decision.PICTURE_ACCEPTS_UNAGREED
+    other = "picture accepts unagreed text" if not saved else "picture accepts agreeing text only"
     try:
         for label, check, unagreed in (
             ("picture check off", False, False),
-            ("picture accepts unagreed text", True, True),
+            (other, True, not saved),
         ):
             decision.PICTURE_ACCEPTS_UNAGREED = unagreed
             settings = s.model_copy(update={"neardup_picture_check": check})
@@ -289,7 +291,8 @@ def main() -> int:
         "--picture-rows",
         action="store_true",
         help="per mode, two more rows on the same readings: the aligned picture check off (before), and"
-        " the picture accepting where the text does not agree (decision.PICTURE_ACCEPTS_UNAGREED)",
+        " the other setting of decision.PICTURE_ACCEPTS_UNAGREED (the picture accepting where the text"
+        " is only consistent; on by default)",
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
