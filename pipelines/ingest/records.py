@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -147,14 +149,27 @@ def _view(r, label_id: str, meta: dict, fixed: dict[str, dict]) -> dict:
     }
 
 
+@contextmanager
+def _label_lock(r, label_id: str, busy: str) -> Iterator[None]:
+    """One writer of a label's record at a time (a correction, a deferred read): CONFLICT with
+    `busy` when another holds it past half the lock's lifetime."""
+    lock = r.lock(LABEL_LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
+    if not lock.acquire():
+        raise YanaError.of(ErrorCode.CONFLICT, f"{label_id} {busy}")
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - expired meanwhile: the write is done either way
+            pass
+
+
 def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
     """Correct a label's fields: kept first, then the label re-indexed at once (lexical and dense,
     every collection ingest writes to). Returns the corrected record."""
     wanted = check_changes(changes)
-    lock = r.lock(LABEL_LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
-    if not lock.acquire():
-        raise YanaError.of(ErrorCode.CONFLICT, f"{label_id} is being corrected by another request; try again")
-    try:
+    with _label_lock(r, label_id, "is being corrected by another request; try again"):
         ids, docs, metas = _chunks(chroma, r, label_id)
         if not metas:
             raise YanaError.of(ErrorCode.NOT_FOUND, f"no label {label_id}")
@@ -170,21 +185,8 @@ def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
         record["field_sources"] = orjson.dumps(values).decode()
         record["corrected_at"] = at
         ocr_text = str(meta.get("ocr_text") or "")
-        text_fields = {
-            "category": record.get("category"),
-            **{k: record.get(k) for k in TEXT_FIELDS},
-            "label_features": record.get("label_features"),
-            "text": _free_text(docs, ocr_text),
-            "ocr_fields": {k: v["value"] for k, v in values.items() if k not in TEXT_FIELDS},
-            "ocr_text": ocr_text,
-        }
-        _rewrite(r, chroma, record, text_fields, old_ids=ids)
+        _rewrite(r, chroma, record, _text_fields(record, values, _free_text(docs, ocr_text), ocr_text), old_ids=ids)
         return _view(r, label_id, labels.to_metadata(record) | {"field_sources": record["field_sources"]}, fixed)
-    finally:
-        try:
-            lock.release()
-        except Exception:  # noqa: BLE001 - expired meanwhile: the write is done either way
-            pass
 
 
 def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
@@ -194,10 +196,7 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
     False when no such label is indexed (removed meanwhile). Idempotent."""
     from pipelines.ingest.pipeline import read_values
 
-    lock = r.lock(LABEL_LOCK_KEY.format(label_id=label_id), timeout=LOCK_TTL_S, blocking_timeout=LOCK_TTL_S / 2)
-    if not lock.acquire():
-        raise YanaError.of(ErrorCode.CONFLICT, f"{label_id} is being corrected; its read is applied later")
-    try:
+    with _label_lock(r, label_id, "is being corrected; its read is applied later"):
         ids, docs, metas = _chunks(chroma, r, label_id)
         if not metas:
             return False
@@ -214,21 +213,21 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
             record["label_features"] = list(reading["label_features"])
         values = apply_corrections(record, values, corrections(r, label_id))
         record["field_sources"] = orjson.dumps(values).decode()
-        text_fields = {
-            "category": record.get("category"),
-            **{k: record.get(k) for k in TEXT_FIELDS},
-            "label_features": record.get("label_features"),
-            "text": _free_text(docs, str(meta.get("ocr_text") or "")),
-            "ocr_fields": {k: v["value"] for k, v in values.items() if k not in TEXT_FIELDS},
-            "ocr_text": record["ocr_text"],
-        }
-        _rewrite(r, chroma, record, text_fields, old_ids=ids)
+        free = _free_text(docs, str(meta.get("ocr_text") or ""))
+        _rewrite(r, chroma, record, _text_fields(record, values, free, record["ocr_text"]), old_ids=ids)
         return True
-    finally:
-        try:
-            lock.release()
-        except Exception:  # noqa: BLE001 - expired meanwhile: the write is done either way
-            pass
+
+
+def _text_fields(record: dict, values: dict[str, dict], free_text: str, ocr_text: str) -> dict:
+    """What label_text writes a label's text from, rebuilt from its record and field values."""
+    return {
+        "category": record.get("category"),
+        **{k: record.get(k) for k in TEXT_FIELDS},
+        "label_features": record.get("label_features"),
+        "text": free_text,
+        "ocr_fields": {k: v["value"] for k, v in values.items() if k not in TEXT_FIELDS},
+        "ocr_text": ocr_text,
+    }
 
 
 def _rewrite(r, chroma, record: dict, text_fields: dict, old_ids: list[str]) -> None:

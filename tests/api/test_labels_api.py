@@ -22,15 +22,20 @@ def client(stack):
         yield c
 
 
-@pytest.fixture(scope="module")
-def label_id(client):
-    data = images.encode(images.render_label(META, seed=9100), "JPEG", 90)
-    fields = {"category": "sake", "brand_name": "誤記銘柄", "brewery": "試験酒造", "region": "新潟"}
-    r = client.post("/v1/ingest", files={"file": ("a.jpg", data, "image/jpeg")}, data=fields)
+def _ingest_one(client, seed: int, fields: dict) -> dict:
+    """One sample label image through POST /v1/ingest; the job's item outcome."""
+    data = images.encode(images.render_label(META, seed=seed), "JPEG", 90)
+    r = client.post("/v1/ingest", files={"file": (f"{seed}.jpg", data, "image/jpeg")}, data=fields)
     assert r.status_code == 202, r.text
     job = wait_job(client, r.json()["job_id"], timeout_s=180)
     assert job["status"] == "succeeded", job
-    return job["result"]["id"]
+    return job["result"]["items"][0]
+
+
+@pytest.fixture(scope="module")
+def label_id(client):
+    fields = {"category": "sake", "brand_name": "誤記銘柄", "brewery": "試験酒造", "region": "新潟"}
+    return _ingest_one(client, 9100, fields)["id"]
 
 
 def test_the_record_shows_fields_with_their_sources_and_the_reading(client, label_id):
@@ -59,13 +64,8 @@ def test_a_correction_is_searchable_at_once(client, label_id):
 def test_a_label_sent_with_full_fields_is_read_after_its_ingest(client):
     """OCR_MODE=auto: the read waits for the ingest (pipelines.ingest.deferred); the workers'
     maintenance loop sends it to the ocr queue once ingest is idle, and the record then shows it."""
-    data = images.encode(images.render_label(META, seed=9101), "JPEG", 90)
     fields = {"category": "sake", "brand_name": "後読銘柄", "product_name": "後読純米", "brewery": "試験酒造"}
-    r = client.post("/v1/ingest", files={"file": ("b.jpg", data, "image/jpeg")}, data=fields)
-    assert r.status_code == 202, r.text
-    job = wait_job(client, r.json()["job_id"], timeout_s=180)
-    assert job["status"] == "succeeded", job
-    item = job["result"]["items"][0]
+    item = _ingest_one(client, 9101, fields)
     assert item["read"] == "deferred" and item["read_text"] is None, item
     deadline = time.monotonic() + 120
     while True:

@@ -31,6 +31,12 @@ def test_labels_read_after_the_ingest_are_said(tmp_path, monkeypatch):
     outcomes = [{"id": "x", "read": "deferred"}, {"id": "y", "read_text": "獺祭"}, {"dedup": True}]
     tally.add(_batch(tmp_path, ["a.jpg", "b.jpg", "c.jpg"], job_id="j1", outcomes=outcomes), tmp_path)
     assert (tally.indexed, tally.read_later) == (2, 1)
+    text = _summary(tally, 1.0, monkeypatch)
+    assert "1 label(s) sent with their brand, product and brewery are read after the ingest" in text
+
+
+def _summary(tally: data.Tally, elapsed: float, monkeypatch) -> str:
+    """What `yana ingest` prints at the end for this tally."""
     buf = io.StringIO()
     monkeypatch.setattr(data, "out", Console(file=buf, width=200))
 
@@ -38,8 +44,8 @@ def test_labels_read_after_the_ingest_are_said(tmp_path, monkeypatch):
         outages = 0
         url = "http://x"
 
-    data._print_summary(tally, 1.0, Link())
-    assert "1 label(s) sent with their brand, product and brewery are read after the ingest" in buf.getvalue()
+    data._print_summary(tally, elapsed, Link())
+    return buf.getvalue()
 
 
 def test_a_replay_of_an_earlier_run_has_no_rate(tmp_path, monkeypatch):
@@ -47,15 +53,7 @@ def test_a_replay_of_an_earlier_run_has_no_rate(tmp_path, monkeypatch):
     outcomes = [{"id": "x"}] * 3
     tally.add(_batch(tmp_path, ["a.jpg", "b.jpg", "c.jpg"], job_id="j1", replayed=True, outcomes=outcomes), tmp_path)
     assert tally.known == 3 and tally.rate(0.01) is None
-    buf = io.StringIO()
-    monkeypatch.setattr(data, "out", Console(file=buf, width=200))
-
-    class Link:
-        outages = 0
-        url = "http://x"
-
-    data._print_summary(tally, 0.01, Link())
-    text = buf.getvalue()
+    text = _summary(tally, 0.01, monkeypatch)
     assert "300.0" not in text and "Idempotency replays" in text
     row = next(line for line in text.splitlines() if "0.0" in line and "│" in line)
     assert row.rstrip(" │").endswith("-"), row  # images/s column: "-"
