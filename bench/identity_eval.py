@@ -234,7 +234,7 @@ def pair_scores(data: dict, r) -> None:
 def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]:
     """Per mode, on the same readings: the aligned picture check off (the decision before it), and
     the other setting of decision.PICTURE_ACCEPTS_UNAGREED (the picture also accepting where the
-    text is only consistent: on by default since 2026-11-26)."""
+    text is only consistent: off by default)."""
     from pipelines.neardup import decision
 
     rows = []
@@ -292,7 +292,7 @@ def main() -> int:
         action="store_true",
         help="per mode, two more rows on the same readings: the aligned picture check off (before), and"
         " the other setting of decision.PICTURE_ACCEPTS_UNAGREED (the picture accepting where the text"
-        " is only consistent; on by default)",
+        " is only consistent; off by default)",
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")

@@ -196,7 +196,7 @@ def test_pictures_are_read_only_where_the_text_agrees(blobs):
 
 
 def test_consistent_text_and_the_same_picture_merge_a_rephotograph_whose_ocr_missed_a_value(blobs, monkeypatch):
-    """With PICTURE_ACCEPTS_UNAGREED (on by default since 2026-11-26): one side's OCR missed the alcohol,
+    """With PICTURE_ACCEPTS_UNAGREED (measured, off by default): one side's OCR missed the alcohol,
     the text does not agree (another set of values) but is consistent (the brand alike, nothing
     read off both differs); the same picture joins them. A product line sharing the picture is
     kept apart by its differing grade or number read off both."""
