@@ -146,12 +146,12 @@ def drain_deferred(redis_url: str, timeout_s: float = 1800) -> tuple[float, int]
     many there were when the phase's jobs ended)."""
     import redis
 
-    from pipelines.ingest.keys import DEFERRED_READS_KEY
+    from pipelines.ingest import deferred
 
     r = redis.Redis.from_url(redis_url, decode_responses=True)
-    n0 = int(r.zcard(DEFERRED_READS_KEY))
+    n0 = deferred.pending(r)
     t0 = time.perf_counter()
-    while r.zcard(DEFERRED_READS_KEY) and time.perf_counter() - t0 < timeout_s:
+    while deferred.pending(r) and time.perf_counter() - t0 < timeout_s:
         time.sleep(0.2)
     return time.perf_counter() - t0, n0
 

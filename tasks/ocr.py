@@ -12,6 +12,7 @@ from celery import Task
 from pipelines.ingest import deferred
 from pipelines.ingest.readings import read_ahead
 from workers.celery_app import app
+from workers.queues import queue_lists
 
 OCR_QUEUE = "ocr"
 READ_TASK = "yana.ocr.read_batch"
@@ -54,8 +55,13 @@ def read_deferred(self: Task, label_ids: list | None = None) -> dict:
 def send_deferred_reads(r, s) -> int:
     """The deferred reads that are due and may run now, sent to queue `ocr` (the workers'
     maintenance loop calls this every tick). Returns how many labels were sent."""
-    if s.ocr_mode != "auto" or r.llen(OCR_QUEUE) > DEFERRED_MAX_WAITING:
+    if s.ocr_mode != "auto":
         return 0
+    with r.pipeline(transaction=False) as p:
+        for key in queue_lists(OCR_QUEUE):
+            p.llen(key)
+        if sum(p.execute()) > DEFERRED_MAX_WAITING:
+            return 0
     due = deferred.claim_due(r, s)
     for start in range(0, len(due), DEFERRED_BATCH):
         app.send_task(DEFERRED_TASK, kwargs={"label_ids": due[start : start + DEFERRED_BATCH]}, queue=OCR_QUEUE)

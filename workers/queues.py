@@ -17,11 +17,19 @@ def worker_key(pid: int, host: str | None = None) -> str:
     return WORKER_KEY.format(f"{host or socket.gethostname()}:{pid}")
 
 
+def queue_lists(queue: str) -> list[str]:
+    """The lists Celery's Redis transport keeps one queue's waiting messages in (one per priority
+    step)."""
+    from kombu.transport.redis import Channel
+
+    return [queue if not pri else f"{queue}{Channel.sep}{pri}" for pri in Channel.priority_steps]
+
+
 def broker_message_keys() -> tuple[list[str], str, str]:
     """Where Celery's Redis transport keeps messages: the list of each queue at each priority
     step (waiting), the hash of messages taken by a worker and not yet acknowledged, and the zset
     of when each of those was taken."""
     from kombu.transport.redis import Channel
 
-    lists = [q if not pri else f"{q}{Channel.sep}{pri}" for q in QUEUES for pri in Channel.priority_steps]
+    lists = [key for q in QUEUES for key in queue_lists(q)]
     return lists, Channel.unacked_key, Channel.unacked_index_key

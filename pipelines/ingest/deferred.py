@@ -3,10 +3,12 @@ its ingest unless the near-duplicate decision needs it; a background pass reads 
 
 Why: reading a label costs several times what the rest of its ingest does (docs/ocr.md), and
 with the brand, product and brewery given the label is searchable and identifiable without it.
-What identity needs is never skipped (pipelines.neardup.decision.Verifier): an image that has
-candidates (by hash, by the same fields, by the same brand) is read before it is judged, and so
-is every candidate whose own read was deferred (`StoredReadings`); only an image with no
-candidate at all, which is a new label whatever it says, is indexed unread.
+What identity needs is never skipped (pipelines.neardup.decision.Verifier): an image that has a
+candidate (by hash or by the same fields) its uploader's fields do not rule out is read before it
+is judged, and so is every such candidate whose own read was deferred (`StoredReadings`); an
+image with none, which is a new label whatever it says, is indexed unread. Before its read it
+neither searches nor joins the read-the-same set (every label of its brand would be a candidate);
+the pass puts it there.
 
 The pass, at least once and idempotent:
   * each ingest batch puts its deferred labels in the zset `DEFERRED_READS_KEY` (score: when the
@@ -53,6 +55,19 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 for _, id in ipairs(due) do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id) end
 return due
 """
+
+
+# A label record's mark (chunk metadata) while its read is deferred; set to "read" once the pass
+# has applied it (a value, not a removal: Chroma's upsert merges metadata keys).
+RECORD_MARK = "ocr"
+
+
+def mark(record: dict, *, pending: bool) -> None:
+    record[RECORD_MARK] = "deferred" if pending else "read"
+
+
+def is_pending(record: dict) -> bool:
+    return record.get(RECORD_MARK) == "deferred"
 
 
 def has_full_fields(fields: dict) -> bool:
@@ -140,39 +155,39 @@ def stored_readings(r, blobs: BlobStore, s: Settings) -> StoredReadings:
 
 
 def read_deferred(label_ids: list[str], *, r, chroma, blobs: BlobStore, s: Settings, index) -> dict[str, int]:
-    """The background pass over these labels (tasks.ocr.read_deferred). Returns counts."""
-    from pipelines.ingest.records import apply_reading
-
+    """The background pass over these labels (tasks.ocr.read_deferred). Returns counts. A label
+    leaves the zset once done, gone or failed; an error (a store away) leaves it for the lease."""
     counts = {"read": 0, "gone": 0, "failed": 0}
     for label_id in label_ids:
-        key = r.hget(labels.LABEL_IMAGES_KEY, label_id)
-        key = key.decode() if isinstance(key, bytes) else key
-        if not key:
-            r.zrem(DEFERRED_READS_KEY, label_id)
-            counts["gone"] += 1
-            continue
-        sha1 = PurePosixPath(key).stem
+        counts[_read_one(label_id, r=r, chroma=chroma, blobs=blobs, s=s, index=index)] += 1
+        r.zrem(DEFERRED_READS_KEY, label_id)
+    return counts
+
+
+def _read_one(label_id: str, *, r, chroma, blobs: BlobStore, s: Settings, index) -> str:
+    from pipelines.ingest.records import apply_reading
+
+    key = r.hget(labels.LABEL_IMAGES_KEY, label_id)
+    key = key.decode() if isinstance(key, bytes) else key
+    if not key:
+        return "gone"
+    sha1 = PurePosixPath(key).stem
+    reading, warning = readings.cached(r, sha1), None  # read already when a decision needed it
+    if reading is None:
         try:
             image = _image(blobs, key, s)
         except BlobMissing:
-            r.zrem(DEFERRED_READS_KEY, label_id)
-            counts["gone"] += 1
-            continue
+            return "gone"
         reading, warning = readings.read_label(r, sha1, image, s)
-        if reading is None:
-            # A failed read is not cached; the label keeps its uploader's fields (as a failed
-            # inline read would leave it) and is not tried again by this pass.
-            log.warning("deferred read of %s failed: %s", label_id, (warning or {}).get("message"))
-            r.zrem(DEFERRED_READS_KEY, label_id)
-            counts["failed"] += 1
-            continue
-        found = index.lookup_sha1(sha1)
-        fields = decision.parse_entry(index.entry(sha1))[1] if found else {}
-        if apply_reading(r, chroma, label_id, reading):
-            if found:
-                index_reading(index, sha1, {k: fields.get(k) for k in decision.FIELD_KEYS}, reading)
-            counts["read"] += 1
-        else:
-            counts["gone"] += 1
-        r.zrem(DEFERRED_READS_KEY, label_id)
-    return counts
+    if reading is None:
+        # A failed read is not cached; the label keeps its uploader's fields (as a failed inline
+        # read would leave it) and is not tried again by this pass.
+        log.warning("deferred read of %s failed: %s", label_id, (warning or {}).get("message"))
+        return "failed"
+    if not apply_reading(r, chroma, label_id, reading):
+        return "gone"
+    entry = index.entry(sha1)
+    if entry:
+        fields = decision.parse_entry(entry)[1]
+        index_reading(index, sha1, {k: fields.get(k) for k in decision.FIELD_KEYS}, reading)
+    return "read"

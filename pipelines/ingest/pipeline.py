@@ -312,7 +312,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         res.label_id, fields, reading, sha1=sha1, phash=ph, file_path=file_path, fixed=fixed
     )
     if deferred:
-        record["ocr"] = "deferred"
+        deferred_reads.mark(record, pending=True)
     if item.get("name"):  # the name the client uploaded it under (the dedup report shows it)
         record["file_name"] = str(item["name"])[:300]
     return out, {"record": record, "fields": text_fields, "image_key": image_key}
@@ -413,7 +413,9 @@ def ingest_images(
                 if images:
                     p.hset(LABEL_IMAGES_KEY, mapping=images)
                 deferred_reads.note_batch(
-                    p, [lab["record"]["id"] for _o, lab in labels_to_write if lab["record"].get("ocr") == "deferred"], s
+                    p,
+                    [lab["record"]["id"] for _o, lab in labels_to_write if deferred_reads.is_pending(lab["record"])],
+                    s,
                 )
                 p.execute()
             cursor = start + len(batch)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from pipelines.ingest import readings
+from pipelines.ingest import deferred, readings
 from pipelines.ingest.corrections import apply_corrections, corrections
 from pipelines.ingest.keys import CORRECTIONS_KEY, LABEL_LOCK_KEY
 from pipelines.ingest.pipeline import label_chunks, write_chunks, write_targets
@@ -144,7 +144,7 @@ def _view(r, label_id: str, meta: dict, fixed: dict[str, dict]) -> dict:
         "label_features": rec["label_features"],
         "fields": fields,
         "read": read,
-        "read_pending": meta.get("ocr") == "deferred",
+        "read_pending": deferred.is_pending(meta),
         "corrections": fixed,
     }
 
@@ -202,7 +202,7 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
             return False
         meta = metas[0]
         record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
-        record["ocr"] = "read"  # a value, not a removal: Chroma's upsert merges metadata keys
+        deferred.mark(record, pending=False)
         values = merge_field_values(_values_of(meta), read_values(reading))
         record["ocr_text"] = reading.get("text") or ""
         record["ocr_engine"] = reading.get("engine") or ""

@@ -209,12 +209,7 @@ def make_entry(
         else {"s": base64.b64encode(sig).decode("ascii")}
     )
     doc.update({k: normalise(fields.get(k)) for k in FIELD_KEYS if normalise(fields.get(k))})
-    sure = _read_keys(read)
-    if sure:
-        doc["read"] = sure
-    everything = _read_keys(said)
-    if everything and everything != sure:  # only when it says more than "read" (Redis holds one per image)
-        doc["said"] = everything
+    _put_reading(doc, read, said)
     if blob_key:  # where the original is: the aligned picture check reads its picture from there
         doc["b"] = blob_key
     if deferred:  # not read yet (OCR deferred): a verifier that meets it reads it first (Readings)
@@ -222,18 +217,27 @@ def make_entry(
     return orjson.dumps(doc).decode()
 
 
-def entry_with_reading(entry: str, read: dict | None, said: dict | None) -> str:
-    """A stored entry after its deferred read: what was read in it, no longer marked unread."""
-    doc = orjson.loads(entry)
-    doc.pop("d", None)
-    doc.pop("read", None)
-    doc.pop("said", None)
+def _put_reading(doc: dict, read: dict | None, said: dict | None) -> None:
+    """An entry's `read` (sure values) and `said` (every value, only when it says more than `read`:
+    Redis holds one entry per image)."""
     sure, everything = _read_keys(read), _read_keys(said)
     if sure:
         doc["read"] = sure
     if everything and everything != sure:
         doc["said"] = everything
+
+
+def entry_with_reading(entry: str, read: dict | None, said: dict | None) -> str:
+    """A stored entry after its deferred read: what was read in it, no longer marked unread."""
+    doc = {k: v for k, v in orjson.loads(entry).items() if k not in ("d", "read", "said")}
+    _put_reading(doc, read, said)
     return orjson.dumps(doc).decode()
+
+
+def _query_reading(read: dict | None, said: dict | None) -> tuple[dict, dict]:
+    """A query's (read, said) as the verifier keeps them: READ_KEYS only; said at least read."""
+    read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
+    return read, {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
 
 
 def _read_keys(read: dict | None) -> dict[str, str]:
@@ -340,9 +344,7 @@ class Verifier:
             return
         if self.read_query is not None:
             hook, self.read_query = self.read_query, None
-            read, said = hook()
-            self.read = {k: v for k, v in read.items() if k in READ_KEYS and v}
-            self.said = {k: v for k, v in said.items() if k in READ_KEYS and v} or dict(self.read)
+            self.read, self.said = _query_reading(*hook())
         if self.readings is None or not self.said:  # nothing read off the query: nothing to compare
             return
         todo = [(label, theirs) for label, theirs in open_ if theirs.get("d")]
@@ -438,8 +440,7 @@ def verifier_for(
     read; `readings`: where candidates whose read was deferred are read."""
     view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
-    read = {k: v for k, v in (read or {}).items() if k in READ_KEYS and v}
-    said = {k: v for k, v in (said or {}).items() if k in READ_KEYS and v} or dict(read)
+    read, said = _query_reading(read, said)
     return (
         make_entry(view.sig, fields, read, said, blob_key, deferred=read_query is not None),
         fields_digest(fields),
