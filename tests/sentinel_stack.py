@@ -3,8 +3,9 @@ sentinels (real redis-server processes), Chroma, one worker and the API pointed 
 (REDIS_URL=sentinel://...), accepting a job waiting for the replica (REDIS_WAIT_REPLICAS=1).
 
 `run_failover` is the scenario both use: a bulk ingest, kill -9 of the master while it runs, the
-old master's host brought back (the sentinels make it a replica of the new master), and the
-account of every accepted job; it returns the timings instead of judging them."""
+old master's host brought back empty, and the account of every accepted job; it returns the
+timings instead of judging them. Every Redis node is started by docker-compose.yml's node command,
+which asks the sentinels for the master first: the host that comes back is a replica at once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import redis
+import yaml
 
 from cli import processes
 from cli.processes import Service, _spawn, free_port, redis_pings, redis_server_binary
@@ -28,14 +30,35 @@ from tests.stack import TEST_ENV, wait_for, wait_job
 from tools.datagen import images
 
 MASTER = "yanamaster"
+COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
 
 
-def redis_node(st: test_stack.TestStack, name: str, port: int, *extra: str) -> Service:
+def compose_node_script() -> str:
+    """docker-compose.yml's Redis node command as sh runs it (compose turns $$ into $)."""
+    return yaml.safe_load(COMPOSE.read_text())["x-redis-node"]["command"][-1].replace("$$", "$")
+
+
+def node_env(env: dict, port: int, sentinel_ports: list[int], first_master: int | None) -> dict:
+    """The node command's environment for a node on loopback (compose sets it per service)."""
+    return {
+        **env,
+        "PATH": os.path.dirname(redis_server_binary()) + os.pathsep + env.get("PATH", os.defpath),
+        "PORT": str(port),
+        "MASTER_NAME": MASTER,
+        "NODE_NAME": "127.0.0.1",
+        "SENTINELS": " ".join(f"127.0.0.1:{p}" for p in sentinel_ports),
+        "FIRST_MASTER": f"127.0.0.1 {first_master}" if first_master else "",
+    }
+
+
+def redis_node(
+    st: test_stack.TestStack, name: str, port: int, sentinel_ports: list[int], first_master: int | None = None
+) -> Service:
+    """A Redis node started as docker-compose.yml starts one, in its own folder."""
     folder = st.data_dir / name
     folder.mkdir(parents=True, exist_ok=True)
-    argv = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder)]
-    argv += ["--appendonly", "yes", "--save", "", *extra]
-    proc, log = _spawn(name, argv, st.env, st.log_dir)
+    env = node_env(st.env, port, sentinel_ports, first_master)
+    proc, log = _spawn(name, ["sh", "-c", compose_node_script()], env, st.log_dir, cwd=str(folder))
     url = f"redis://127.0.0.1:{port}/0"
     return st.add(Service(name, proc, url, log, redis_pings(url), tier=1))
 
@@ -85,9 +108,10 @@ def start_ha_stack(root: Path) -> HAStack:
     st = test_stack.TestStack(data_dir=root, env=processes.child_env(DATA_DIR=str(root / "data"), **TEST_ENV))
     try:
         m_port, r_port = free_port(), free_port()
-        master = redis_node(st, "redis-master", m_port)
-        redis_node(st, "redis-replica", r_port, "--replicaof", "127.0.0.1", str(m_port))
         s_ports = [free_port() for _ in range(3)]
+        # No sentinel answers yet: each node takes its first role.
+        master = redis_node(st, "redis-master", m_port, s_ports)
+        redis_node(st, "redis-replica", r_port, s_ports, first_master=m_port)
         for k, port in enumerate(s_ports):
             sentinel(st, f"sentinel-{k}", port, m_port)
         s0 = redis.Redis(port=s_ports[0], socket_timeout=1, decode_responses=True)
@@ -200,10 +224,11 @@ def run_failover(ha: HAStack, labels: int, *, seed: int = 77, kill_after: int = 
             lambda: (p := master_port(s_ports)) != old_port and p, 60, interval_s=0.05, what="promotion"
         )
         promoted_at = time.time()
-        # The old master's host comes back, empty: the sentinels make it a replica of the new
-        # master, and accepting (which waits for one replica) works again.
+        # The old master's host comes back, empty, and starts as the node command starts it: a
+        # replica of the master the sentinels name. Accepting (which waits for one replica) works
+        # again once it has synced.
         st.services.remove(ha.master)
-        ha.master = redis_node(st, f"redis-{old_port}-again", old_port)
+        ha.master = redis_node(st, f"redis-{old_port}-again", old_port, s_ports, first_master=None)
         n_before = len(accepted)
         wait_for(lambda: len(accepted) > n_before or not t.is_alive(), 90, what="a job accepted again")
         accepting_at = time.time()

@@ -4,6 +4,7 @@ client factory, and its sentinel start-up script is run for real against a loopb
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -40,7 +41,12 @@ def test_services():
         SERVICES
     )
     assert set(YANA) <= set(SERVICES) and "minio-init" in SERVICES
-    assert SERVICES["redis-replica"]["command"][-3:] == ["--replicaof", "redis-master", "6379"]
+    assert SERVICES["redis-replica"]["environment"]["FIRST_MASTER"] == "redis-master 6379"
+    assert SERVICES["redis-master"]["environment"]["FIRST_MASTER"] == ""
+    assert SERVICES["redis-master"]["command"] == SERVICES["redis-replica"]["command"]
+    for name in ("redis-master", "redis-replica"):
+        env = SERVICES[name]["environment"]
+        assert env["NODE_NAME"] == name and env["SENTINELS"].split() == [f"sentinel-{k}:26379" for k in (1, 2, 3)]
 
 
 def test_api_and_workers_share_no_volume():
@@ -114,3 +120,76 @@ def test_the_sentinel_script_starts_a_sentinel_that_monitors_the_master(tmp_path
         for p in (sentinel, master):
             p.kill()
             p.wait(10)
+
+
+@pytest.mark.stack  # starts redis-server processes of its own
+def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path):
+    """The Redis nodes' command, run for real on loopback. With no sentinel answering, a node takes
+    its first role (the first start). With the sentinels naming another node as master (after a
+    failover), the old master's host comes back as its replica, not as a second master."""
+    from tests.sentinel_stack import MASTER, node_env
+
+    other_port, node_port, sentinel_port = free_port(), free_port(), free_port()
+    procs = [_redis(other_port, tmp_path / "other")]
+    try:
+        # No sentinel yet: the node's first role (FIRST_MASTER empty: a master).
+        procs.append(_node(tmp_path / "first", node_env({}, node_port, [sentinel_port], None)))
+        assert _role(node_port) == "master"
+        _stop(procs.pop())
+        (tmp_path / "sentinel.conf").write_text(
+            f"port {sentinel_port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {other_port} 2\n"
+        )
+        procs.append(_start([redis_server_binary(), str(tmp_path / "sentinel.conf"), "--sentinel"], tmp_path))
+        _wait(lambda: _master_named(sentinel_port, MASTER))
+        # The same node again, first role still "master": the sentinels name another one.
+        procs.append(_node(tmp_path / "again", node_env({}, node_port, [sentinel_port], None)))
+        info = redis.Redis(port=node_port, socket_timeout=2, decode_responses=True).info("replication")
+        assert info["role"] == "slave" and int(info["master_port"]) == other_port
+    finally:
+        for p in procs:
+            _stop(p)
+
+
+def _redis(port: int, folder: Path) -> subprocess.Popen:
+    folder.mkdir()
+    return _start([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""], folder)
+
+
+def _node(folder: Path, env: dict) -> subprocess.Popen:
+    folder.mkdir()
+    from tests.sentinel_stack import compose_node_script
+
+    p = _start(["sh", "-c", compose_node_script()], folder, env={**os.environ, **env})
+    _wait(lambda: _role(int(env["PORT"])))
+    return p
+
+
+def _start(argv: list[str], cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _master_named(sentinel_port: int, name: str):
+    try:
+        return redis.Redis(port=sentinel_port, socket_timeout=1).sentinel_get_master_addr_by_name(name)
+    except redis.RedisError:
+        return None
+
+
+def _role(port: int) -> str | None:
+    try:
+        return redis.Redis(port=port, socket_timeout=1, decode_responses=True).role()[0]
+    except redis.RedisError:
+        return None
+
+
+def _wait(ok, timeout_s: float = 20):
+    deadline = time.monotonic() + timeout_s
+    while not (found := ok()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return found
+
+
+def _stop(p: subprocess.Popen) -> None:
+    p.kill()
+    p.wait(10)

@@ -27,20 +27,20 @@ from pipelines.chat.keys import breaker_key
 
 _KEY_TTL_S = 7 * 24 * 3600
 
-# ARGV: probe_ttl_ms. Returns {closed | open | probe | half_open, consecutive failures}.
+# ARGV: probe_ttl_ms. Returns {closed | open | probe | half_open, consecutive failures, ms left open}.
 _ALLOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local h = redis.call('HMGET', KEYS[1], 'open_until', 'failures')
 local open_until = tonumber(h[1] or '0')
 local failures = tonumber(h[2] or '0')
-if open_until == 0 then return {'closed', failures} end
-if now < open_until then return {'open', failures} end
-if redis.call('SET', KEYS[2], now, 'NX', 'PX', ARGV[1]) then return {'probe', failures} end
-return {'half_open', failures}
+if open_until == 0 then return {'closed', failures, 0} end
+if now < open_until then return {'open', failures, open_until - now} end
+if redis.call('SET', KEYS[2], now, 'NX', 'PX', ARGV[1]) then return {'probe', failures, 0} end
+return {'half_open', failures, 0}
 """
 
-# ARGV: threshold, open_ms, error code. Returns the state after the failure.
+# ARGV: threshold, open_ms, error code. Returns {state after the failure, consecutive failures}.
 _FAILURE = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -51,9 +51,9 @@ redis.call('EXPIRE', KEYS[1], {_KEY_TTL_S})
 if open_until > 0 or failures >= tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'open_until', now + tonumber(ARGV[2]))
   redis.call('DEL', KEYS[2])
-  return 'open'
+  return {{'open', failures}}
 end
-return 'closed'
+return {{'closed', failures}}
 """
 
 _SUCCESS = f"""
@@ -134,8 +134,11 @@ class CircuitBreaker:
         """closed → yes; open → no; half-open → only the one caller that gets the probe."""
         if self.redis is not None:
             try:
-                state, failures = self._allow(keys=[self.key, self.probe_key], args=[int(self.probe_ttl_s * 1000)])
+                state, failures, open_ms = self._allow(
+                    keys=[self.key, self.probe_key], args=[int(self.probe_ttl_s * 1000)]
+                )
                 state = state.decode() if isinstance(state, bytes) else str(state)
+                self._follow(int(failures), int(open_ms) / 1000 if state == "open" else (0.0 if state == "closed" else None))
                 return Permit(state in ("closed", "probe"), "half_open" if state == "probe" else state, int(failures))
             except redis.RedisError:
                 pass
@@ -153,18 +156,18 @@ class CircuitBreaker:
 
     def record_failure(self, error: str) -> str:
         """Count one failure; returns the state after it (open when this failure tripped it)."""
-        local_state = self._local_failure(error)
         if self.redis is not None:
             try:
-                return str(
-                    self._failure(
-                        keys=[self.key, self.probe_key],
-                        args=[self.failure_threshold, int(self.open_s * 1000), error],
-                    )
+                state, failures = self._failure(
+                    keys=[self.key, self.probe_key],
+                    args=[self.failure_threshold, int(self.open_s * 1000), error],
                 )
+                state = state.decode() if isinstance(state, bytes) else str(state)
+                self._follow(int(failures), self.open_s if state == "open" else 0.0, error=error)
+                return state
             except redis.RedisError:
                 pass
-        return local_state
+        return self._local_failure(error)
 
     def reset(self) -> None:
         if self.redis is not None:
@@ -210,6 +213,22 @@ class CircuitBreaker:
             )
 
     # --- in-process fallback --------------------------------------------------------------------
+
+    def _follow(self, failures: int, open_for_s: float | None, *, error: str | None = None) -> None:
+        """Take the shared state as this process's own. The local state is what a Redis error falls
+        back on, so it must be the fleet's last known state: a count kept on the side (every
+        failure, no skipped success, no reset) opened the circuit on the first slow Redis call.
+        `open_for_s`: seconds left open, 0 closed, None half-open (the open period is over)."""
+        loc = self.local
+        with loc.lock:
+            now = time.time()
+            loc.failures = failures
+            if open_for_s is None:
+                loc.open_until = min(loc.open_until, now) if loc.open_until else now
+            else:
+                loc.open_until = now + open_for_s if open_for_s > 0 else 0.0
+            if error is not None:
+                loc.last_error, loc.last_failure_ms = error, int(now * 1000)
 
     def _local_allow(self) -> Permit:
         loc = self.local

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 import uuid
 
@@ -10,6 +11,7 @@ import orjson
 
 from pipelines.chat.breaker import CircuitBreaker
 from pipelines.chat.sessions import SessionStore
+from cli.processes import free_port, redis_server_binary
 from tests.stack import wait_for
 from yana.clients import get_fast_redis
 from yana.settings import Settings
@@ -82,6 +84,41 @@ def test_works_in_process_when_redis_is_unreachable():
     assert b.allow()[:2] == (False, "half_open")
     b.record_success()
     assert b.allow()[:2] == (True, "closed")
+
+
+def test_a_redis_outage_falls_back_on_the_fleets_last_state(tmp_path):
+    """The in-process fallback is the shared state as last seen, not a private tally: this process
+    saw the circuit open, another one's probe closed it, then Redis stopped answering. Before, the
+    fallback still held this process's own two failures and refused the LLM for the open period
+    (seen as llm_circuit_open under load, when one 300 ms Redis call timed out)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        r = get_fast_redis(Settings(redis_url=f"redis://127.0.0.1:{port}/0"))
+        wait_for(lambda: _pings(r), timeout_s=10, interval_s=0.05, what="redis-server")
+        name = uuid.uuid4().hex[:12]
+        here, there = _breaker(r, name, failure_threshold=2, open_s=60), _breaker(r, name, failure_threshold=2)
+        here.record_failure("llm_timeout")
+        assert here.record_failure("llm_timeout") == "open"
+        there.record_success()  # another API process's probe succeeded
+        assert here.allow() == (True, "closed", 0)
+        here.record_failure("llm_timeout")  # one failure since: still closed with a threshold of 2
+    finally:
+        server.kill()
+        server.wait(10)
+    assert here.allow()[:2] == (True, "closed")
+    assert here.status().shared is False and here.status().failures == 1
+    assert here.record_failure("llm_timeout") == "open"  # and it goes on counting from there
+
+
+def _pings(r) -> bool:
+    try:
+        return bool(r.ping())
+    except Exception:
+        return False
 
 
 def test_sessions_keep_turns_with_ttl_and_cap(redis_client):
