@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     ocr_defer_idle_s: float = Field(default=5.0, gt=0)
     ocr_defer_max_wait_s: float = Field(default=600.0, gt=0)
     ocr_defer_lease_s: float = Field(default=120.0, gt=0)
+    # A deferred read that fails (the OCR raised or ran past OCR_TIMEOUT_S, the load of the moment)
+    # is tried OCR_DEFER_ATTEMPTS times in all, OCR_DEFER_RETRY_S apart and doubling; after the
+    # last the label is marked read_failed and keeps its uploader's fields.
+    ocr_defer_attempts: int = Field(default=3, ge=1, le=10)
+    ocr_defer_retry_s: float = Field(default=60.0, gt=0)
     # One image's read past this raises OcrTimeout (an item warning, never a lost label).
     ocr_timeout_s: float = Field(default=30.0, gt=0)
     # With OPENAI_BASE_URL set and OCR_LLM on, a vision model also reads the label (one request,

@@ -73,6 +73,9 @@ class LabelRecord(Envelope):
     read_pending: bool = Field(
         False, description="its read was deferred (OCR_MODE=auto, full uploader fields): a background pass reads it"
     )
+    read_failed: bool = Field(
+        False, description="its deferred read failed every try (OCR_DEFER_ATTEMPTS): it keeps the uploader's fields"
+    )
     corrections: dict[str, dict] = Field(default_factory=dict, description="what people corrected, when")
 
 

@@ -21,7 +21,8 @@ The pass, at least once and idempotent:
     into its record and text (pipelines.ingest.records.apply_reading: re-indexed at once) and its
     signature entry (vetoes and agreement for later decisions; the read-the-same set), then
     removes it from the zset. A worker killed meanwhile leaves it in the zset: claimed again
-    after the lease.
+    after the lease. A read that fails is due again OCR_DEFER_RETRY_S later (doubling), up to
+    OCR_DEFER_ATTEMPTS tries; then the record is marked read failed (`give_up`) and leaves.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import time
 from pathlib import PurePosixPath
 
 from pipelines.ingest import image_io, readings
-from pipelines.ingest.keys import DEFERRED_READS_KEY, INGEST_ACTIVE_KEY
+from pipelines.ingest.keys import DEFERRED_FAILURES_KEY, DEFERRED_READS_KEY, INGEST_ACTIVE_KEY
 from pipelines.labels import schema as labels
 from pipelines.neardup import decision
 from yana.blobs import BlobMissing, BlobStore
@@ -58,16 +59,21 @@ return due
 
 
 # A label record's mark (chunk metadata) while its read is deferred; set to "read" once the pass
-# has applied it (a value, not a removal: Chroma's upsert merges metadata keys).
+# has applied it, "failed" once it gave up (values, not a removal: Chroma's upsert merges
+# metadata keys).
 RECORD_MARK = "ocr"
 
 
-def mark(record: dict, *, pending: bool) -> None:
-    record[RECORD_MARK] = "deferred" if pending else "read"
+def mark(record: dict, *, pending: bool, failed: bool = False) -> None:
+    record[RECORD_MARK] = "deferred" if pending else ("failed" if failed else "read")
 
 
 def is_pending(record: dict) -> bool:
     return record.get(RECORD_MARK) == "deferred"
+
+
+def has_failed(record: dict) -> bool:
+    return record.get(RECORD_MARK) == "failed"
 
 
 def has_full_fields(fields: dict) -> bool:
@@ -156,12 +162,40 @@ def stored_readings(r, blobs: BlobStore, s: Settings) -> StoredReadings:
 
 def read_deferred(label_ids: list[str], *, r, chroma, blobs: BlobStore, s: Settings, index) -> dict[str, int]:
     """The background pass over these labels (tasks.ocr.read_deferred). Returns counts. A label
-    leaves the zset once done, gone or failed; an error (a store away) leaves it for the lease."""
-    counts = {"read": 0, "gone": 0, "failed": 0}
+    leaves the zset once read or gone; a failed read is due again later (`_failed`); an error (a
+    store away) leaves it for the lease."""
+    counts = {"read": 0, "gone": 0, "retry": 0, "failed": 0}
     for label_id in label_ids:
-        counts[_read_one(label_id, r=r, chroma=chroma, blobs=blobs, s=s, index=index)] += 1
-        r.zrem(DEFERRED_READS_KEY, label_id)
+        done = _read_one(label_id, r=r, chroma=chroma, blobs=blobs, s=s, index=index)
+        if done == "failed":
+            done = _failed(r, chroma, label_id, s)
+        else:
+            _leave(r, label_id)
+        counts[done] += 1
     return counts
+
+
+def _leave(r, label_id: str) -> None:
+    with r.pipeline(transaction=True) as p:
+        p.zrem(DEFERRED_READS_KEY, label_id)
+        p.hdel(DEFERRED_FAILURES_KEY, label_id)
+        p.execute()
+
+
+def _failed(r, chroma, label_id: str, s: Settings, now: float | None = None) -> str:
+    """A failed read is due again OCR_DEFER_RETRY_S later, doubling each time (an OCR time limit is
+    the load of the moment more often than the image); after OCR_DEFER_ATTEMPTS the label is marked
+    read failed and leaves the pass. Returns "retry" or "failed"."""
+    from pipelines.ingest.records import give_up_reading
+
+    tries = int(r.hincrby(DEFERRED_FAILURES_KEY, label_id, 1))
+    if tries < s.ocr_defer_attempts:
+        now = time.time() if now is None else now
+        r.zadd(DEFERRED_READS_KEY, {label_id: now + s.ocr_defer_retry_s * 2 ** (tries - 1)}, xx=True)
+        return "retry"
+    give_up_reading(r, chroma, label_id)
+    _leave(r, label_id)
+    return "failed"
 
 
 def _read_one(label_id: str, *, r, chroma, blobs: BlobStore, s: Settings, index) -> str:
@@ -180,8 +214,8 @@ def _read_one(label_id: str, *, r, chroma, blobs: BlobStore, s: Settings, index)
             return "gone"
         reading, warning = readings.read_label(r, sha1, image, s)
     if reading is None:
-        # A failed read is not cached; the label keeps its uploader's fields (as a failed inline
-        # read would leave it) and is not tried again by this pass.
+        # A failed read is not cached: tried again later (read_deferred); meanwhile the label keeps
+        # its uploader's fields, as a failed inline read leaves it.
         log.warning("deferred read of %s failed: %s", label_id, (warning or {}).get("message"))
         return "failed"
     if not apply_reading(r, chroma, label_id, reading):

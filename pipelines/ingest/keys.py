@@ -9,6 +9,7 @@ yana:label:lock:{label_id}   string: one correction of a label at a time
 yana:label:images            hash: label id -> blob key of its image (pipelines.labels.schema, read by search)
 yana:read:deferred           zset: label id -> when its deferred read is due (pipelines.ingest.deferred)
 yana:ingest:active           string: set by every ingest batch with a TTL (deferred reads wait for it to lapse)
+yana:read:deferred:failures  hash: label id -> failed deferred reads so far (cleared when done)
 """
 
 OUTCOMES_KEY = "yana:ingest:{job_id}:items"
@@ -19,3 +20,4 @@ CORRECTIONS_KEY = "yana:label:corrections"
 LABEL_LOCK_KEY = "yana:label:lock:{label_id}"
 DEFERRED_READS_KEY = "yana:read:deferred"
 INGEST_ACTIVE_KEY = "yana:ingest:active"
+DEFERRED_FAILURES_KEY = "yana:read:deferred:failures"

@@ -145,6 +145,7 @@ def _view(r, label_id: str, meta: dict, fixed: dict[str, dict]) -> dict:
         "fields": fields,
         "read": read,
         "read_pending": deferred.is_pending(meta),
+        "read_failed": deferred.has_failed(meta),
         "corrections": fixed,
     }
 
@@ -215,6 +216,24 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
         record["field_sources"] = orjson.dumps(values).decode()
         free = _free_text(docs, str(meta.get("ocr_text") or ""))
         _rewrite(r, chroma, record, _text_fields(record, values, free, record["ocr_text"]), old_ids=ids)
+        return True
+
+
+def give_up_reading(r, chroma, label_id: str) -> bool:
+    """The deferred read of this label failed for good: its record says so (`read_failed`) instead
+    of a read pending for ever; its fields and text stay as they are. False when no such label."""
+    with _label_lock(r, label_id, "is being corrected; its read is marked later"):
+        ids, docs, metas = _chunks(chroma, r, label_id)
+        if not metas:
+            return False
+        meta = metas[0]
+        record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
+        if not deferred.is_pending(record):
+            return True  # read meanwhile (a decision needed it), or marked already
+        deferred.mark(record, pending=False, failed=True)
+        values = _values_of(meta)
+        free = _free_text(docs, str(meta.get("ocr_text") or ""))
+        _rewrite(r, chroma, record, _text_fields(record, values, free, str(meta.get("ocr_text") or "")), old_ids=ids)
         return True
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import io
 import random
+import time
 
 import pytest
 
 from pipelines.ingest import deferred, readings, records
-from pipelines.ingest.keys import DEFERRED_READS_KEY, INGEST_ACTIVE_KEY
+from pipelines.ingest.keys import DEFERRED_FAILURES_KEY, DEFERRED_READS_KEY, INGEST_ACTIVE_KEY
 from pipelines.neardup import decision, hashing
 from pipelines.neardup.index import SIG_KEY, TEXT_KEY, shared_index
 from tests.pipelines.ingest_support import build_tiny_st_model, ingest_bytes, make_env
@@ -78,7 +79,7 @@ def test_full_fields_defer_the_read_and_the_background_pass_applies_it(env):
 
     index = shared_index(env.r, env.s.phash_threshold, env.s.phash_candidate_radius)
     counts = deferred.read_deferred([label_id], r=env.r, chroma=env.chroma, blobs=_blobs(env), s=env.s, index=index)
-    assert counts == {"read": 1, "gone": 0, "failed": 0}
+    assert counts == {"read": 1, "gone": 0, "retry": 0, "failed": 0}
     assert env.r.zcard(DEFERRED_READS_KEY) == 0
     rec = records.get_record(env.r, env.chroma, label_id)
     assert rec["read"] and rec["read"]["text"] and not rec["read_pending"], rec
@@ -94,6 +95,30 @@ def test_full_fields_defer_the_read_and_the_background_pass_applies_it(env):
     assert env.r.sismember(TEXT_KEY.format(digest=digest), sha1[:16]), "joined the read-the-same set"
     again = deferred.read_deferred([label_id], r=env.r, chroma=env.chroma, blobs=_blobs(env), s=env.s, index=index)
     assert again["read"] == 1 and records.get_record(env.r, env.chroma, label_id)["read"] == rec["read"]
+
+
+def test_a_failed_read_is_tried_again_later_then_marked_failed(env):
+    """The real reader past a time limit it cannot meet (as on a busy machine): the read is due
+    again OCR_DEFER_RETRY_S later, and after OCR_DEFER_ATTEMPTS the record says read_failed
+    instead of a read pending for ever, keeping the uploader's fields."""
+    first, _second, _g, _g2 = _grade_pair()
+    label_id = ingest_bytes(env, [first], "job-fails", FULL)["items"][0]["id"]
+    slow = env.s.model_copy(update={"ocr_timeout_s": 0.001, "ocr_defer_attempts": 2, "ocr_defer_retry_s": 300})
+    index = shared_index(env.r, env.s.phash_threshold, env.s.phash_candidate_radius)
+
+    def one_pass() -> dict:
+        return deferred.read_deferred([label_id], r=env.r, chroma=env.chroma, blobs=_blobs(env), s=slow, index=index)
+
+    before = time.time()
+    assert one_pass() == {"read": 0, "gone": 0, "retry": 1, "failed": 0}
+    assert env.r.zscore(DEFERRED_READS_KEY, label_id) >= before + 300, "due again after the retry delay"
+    assert deferred.claim_due(env.r, env.s, now=before + 10) == [], "not before"
+    assert records.get_record(env.r, env.chroma, label_id)["read_pending"]
+    assert one_pass() == {"read": 0, "gone": 0, "retry": 0, "failed": 1}
+    assert env.r.zcard(DEFERRED_READS_KEY) == 0 and not env.r.hexists(DEFERRED_FAILURES_KEY, label_id)
+    rec = records.get_record(env.r, env.chroma, label_id)
+    assert rec["read_failed"] and not rec["read_pending"] and rec["read"] is None, rec
+    assert rec["brand_name"] == FULL["brand_name"] and rec["fields"]["brand_name"]["source"] == "uploader"
 
 
 def _blobs(env):

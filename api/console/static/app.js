@@ -388,7 +388,7 @@ async function labelPage(id) {
     } catch (err) { fail(err); }
   });
   right.append(form);
-  left.append(h("h2", {}, t("label.read")), rec.read && rec.read.text ? h("pre", { id: "read-text" }, rec.read.text) : h("p", { class: "muted" }, t(rec.read_pending ? "label.readPending" : "label.noRead")));
+  left.append(h("h2", {}, t("label.read")), rec.read && rec.read.text ? h("pre", { id: "read-text" }, rec.read.text) : h("p", { class: "muted" }, t(rec.read_pending ? "label.readPending" : rec.read_failed ? "label.readFailed" : "label.noRead")));
   if (rec.duplicates && rec.duplicates.length) {
     right.append(h("h2", {}, t("label.duplicates")), h("ul", {}, rec.duplicates.map((d) => h("li", {}, typeof d === "string" ? d : `${d.hash_sha1 || d.id || ""} ${d.distance !== undefined ? `(${t("dups.distance")} ${d.distance})` : ""}`))));
   }
