@@ -35,6 +35,18 @@ def _maps(p: psutil.Process) -> str:
     return Path(f"/proc/{p.pid}/maps").read_text()
 
 
+def _resident_kb(pid: int, library: str) -> int:
+    """Resident kB of a shared library's mappings in a process (from /proc/PID/smaps)."""
+    total, inside = 0, False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            inside = len(head) == 6 and library in head[5]
+        elif inside and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
 def test_the_worker_is_up_only_with_the_model_loaded_once_before_the_pool_forks(tmp_path):
     stack = start_stack(tmp_path / "data", chroma=False, api=False, worker=False)
     try:
@@ -46,6 +58,10 @@ def test_the_worker_is_up_only_with_the_model_loaded_once_before_the_pool_forks(
         assert len(_loaded_lines(svc, "label reader ready")) == 1  # OCR is on by default
         pool = _pool(svc)
         assert len(pool) == 2
+        # LLVM linked the cached kernels and is not used again: its code pages were given back
+        # before the fork (~68 MB resident in the worker main before).
+        llvm_kb = _resident_kb(svc.proc.pid, "libllvmlite")
+        assert llvm_kb < 8 * 1024, f"libllvmlite still resident in the worker main: {llvm_kb} kB"
         for p in pool:  # inherited from the main: the pool processes did not load anything
             assert "onnxruntime" in _maps(p) and "llvmlite" in _maps(p) and "cv2" in _maps(p)
             assert "libtorch" not in _maps(p)
