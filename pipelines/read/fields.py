@@ -211,11 +211,16 @@ _ALCOHOL = re.compile(r"(?:アルコ.?ル分?|アルコ.?ル度数|度数)[^0-9]
 # would take a misread like "1て度" for 1度) and whatever the unit reads as, 度 unless it is %.
 _ALCOHOL_MISREAD = re.compile(r"(?:[アァゾ].{0,3}ル分|ルコ.?ル分)[^0-9]{0,2}(\d{2}(?:\.\d)?)(?![\d.])\s*(%)?")
 _VOLUME = re.compile(
-    r"(?:内容量|容量)?[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|m[I1]|m(?![a-z])|l|リットル|ミリリットル)", re.IGNORECASE
+    r"(?:内容量|容量)?[^0-9]{0,3}(\d{1,4}(?:\.\d{1,2})?)\s*(ml|m[I1]|m(?![a-z])|l|リットル|ミリリットル)", re.IGNORECASE
 )
 _VOLUME_LABELED = re.compile(
-    r"(?:内容量|容量)[^0-9]{0,3}(\d{2,4}(?:\.\d)?)\s*(ml|l|リットル|ミリリットル)?", re.IGNORECASE
+    r"(?:内容量|容量)[^0-9]{0,3}(\d{1,4}(?:\.\d{1,2})?)\s*(ml|l|リットル|ミリリットル)?", re.IGNORECASE
 )
+# 内容量 as OCR misreads it on small print, its unit lost or confused (内容300n, 内容城720甲): the
+# key's first two characters, at most two misread after them, then a bottle size (a sake or juice
+# bottle's standard volumes; any other number there is more likely a misread one) in ml.
+_BOTTLE_ML = "180|200|250|300|330|360|500|720|900|1000|1800"
+_VOLUME_MISREAD = re.compile(r"内容.{0,2}?(" + _BOTTLE_ML + r")(?![\d.])")
 
 
 def _clean_digits(text: str) -> str:
@@ -248,12 +253,19 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
             if not m:
                 m = _VOLUME.search(t)
                 conf = 0.7
+            if not m and (m := _VOLUME_MISREAD.search(t)):
+                conf = 0.6
             if m:
-                unit = (m.group(2) or "ml").lower()
+                unit = ((m.group(2) if m.re.groups > 1 else None) or "ml").lower()
                 unit = {"リットル": "l", "ミリリットル": "ml", "m": "ml", "mi": "ml", "m1": "ml"}.get(unit, unit)
                 v = m.group(1)
                 v = v[:-2] if v.endswith(".0") else v
-                out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
+                if unit == "l" and float(v) >= 10:  # 720l: no bottle holds that, the m was lost
+                    unit = "ml"
+                if unit == "ml" and float(v) < 50:  # 1.8ml, 5ml: a litre count, or not a volume
+                    unit = "l" if "." in v else ""
+                if unit:
+                    out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
 
 
 def _keyed(ln: Line) -> tuple[str, list[str]]:
