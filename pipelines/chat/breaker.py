@@ -138,7 +138,9 @@ class CircuitBreaker:
                     keys=[self.key, self.probe_key], args=[int(self.probe_ttl_s * 1000)]
                 )
                 state = state.decode() if isinstance(state, bytes) else str(state)
-                self._follow(int(failures), int(open_ms) / 1000 if state == "open" else (0.0 if state == "closed" else None))
+                self._follow(
+                    int(failures), int(open_ms) / 1000 if state == "open" else (0.0 if state == "closed" else None)
+                )
                 return Permit(state in ("closed", "probe"), "half_open" if state == "probe" else state, int(failures))
             except redis.RedisError:
                 pass

@@ -248,24 +248,30 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
                 v = v[:-2] if v.endswith(".0") else v
                 out["alcohol"] = Field(f"{v}{m.group(2) or '度'}", "ocr", 0.6 * ln.confidence, ln.text)
         if "volume" not in out:
-            m = _VOLUME_LABELED.search(t)
-            conf = 0.9
-            if not m:
-                m = _VOLUME.search(t)
-                conf = 0.7
-            if not m and (m := _VOLUME_MISREAD.search(t)):
-                conf = 0.6
-            if m:
-                unit = ((m.group(2) if m.re.groups > 1 else None) or "ml").lower()
-                unit = {"リットル": "l", "ミリリットル": "ml", "m": "ml", "mi": "ml", "m1": "ml"}.get(unit, unit)
-                v = m.group(1)
-                v = v[:-2] if v.endswith(".0") else v
-                if unit == "l" and float(v) >= 10:  # 720l: no bottle holds that, the m was lost
-                    unit = "ml"
-                if unit == "ml" and float(v) < 50:  # 1.8ml, 5ml: a litre count, or not a volume
-                    unit = "l" if "." in v else ""
-                if unit:
-                    out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
+            _volume(ln, t, out)
+
+
+def _volume(ln: Line, t: str, out: dict[str, Field]) -> None:
+    """内容量 on line `ln` (its digits cleaned: `t`), when one is there."""
+    m = _VOLUME_LABELED.search(t)
+    conf = 0.9
+    if not m:
+        m = _VOLUME.search(t)
+        conf = 0.7
+    if not m and (m := _VOLUME_MISREAD.search(t)):
+        conf = 0.6
+    if not m:
+        return
+    unit = ((m.group(2) if m.re.groups > 1 else None) or "ml").lower()
+    unit = {"リットル": "l", "ミリリットル": "ml", "m": "ml", "mi": "ml", "m1": "ml"}.get(unit, unit)
+    v = m.group(1)
+    v = v[:-2] if v.endswith(".0") else v
+    if unit == "l" and float(v) >= 10:  # 720l: no bottle holds that, the m was lost
+        unit = "ml"
+    if unit == "ml" and float(v) < 50:  # 1.8ml, 5ml: a litre count, or not a volume
+        unit = "l" if "." in v else ""
+    if unit:
+        out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
 
 
 def _keyed(ln: Line) -> tuple[str, list[str]]:

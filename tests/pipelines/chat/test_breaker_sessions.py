@@ -8,10 +8,11 @@ import time
 import uuid
 
 import orjson
+import redis
 
+from cli.processes import free_port, redis_server_binary
 from pipelines.chat.breaker import CircuitBreaker
 from pipelines.chat.sessions import SessionStore
-from cli.processes import free_port, redis_server_binary
 from tests.stack import wait_for
 from yana.clients import get_fast_redis
 from yana.settings import Settings
@@ -117,7 +118,7 @@ def test_a_redis_outage_falls_back_on_the_fleets_last_state(tmp_path):
 def _pings(r) -> bool:
     try:
         return bool(r.ping())
-    except Exception:
+    except redis.RedisError:
         return False
 
 

@@ -163,7 +163,12 @@ def test_volume_read_through_a_misread_key_and_unit():
     bottle size after the key's first characters is read in ml, at a lower confidence; a litre
     count no bottle holds (720l: the m lost) is ml; any other number after a misread key is not
     taken for a volume."""
-    for text, want in [("内容300n", "300ml"), ("内容城720甲", "720ml"), ("内容量 720l", "720ml"), ("内容量1.8l", "1.8l")]:
+    for text, want in [
+        ("内容300n", "300ml"),
+        ("内容城720甲", "720ml"),
+        ("内容量 720l", "720ml"),
+        ("内容量1.8l", "1.8l"),
+    ]:
         assert extract_fields([text]).fields["volume"].value == want, text
     assert extract_fields(["内容城720甲"]).fields["volume"].confidence < 0.8, "a misread key: not sure"
     assert extract_fields(["内容量 720ml"]).fields["volume"].confidence > 0.8
