@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -166,13 +167,35 @@ def _label_lock(r, label_id: str, busy: str) -> Iterator[None]:
             pass
 
 
+@dataclass
+class _Stored:
+    """A label as its chunks store it: their ids and texts, the first one's metadata, the record."""
+
+    ids: list[str]
+    docs: list[str]
+    meta: dict
+    record: dict
+
+    @property
+    def ocr_text(self) -> str:
+        return str(self.meta.get("ocr_text") or "")
+
+
+def _stored(r, chroma, label_id: str) -> _Stored | None:
+    ids, docs, metas = _chunks(chroma, r, label_id)
+    if not metas:
+        return None
+    record = {k: v for k, v in labels.from_metadata(metas[0]).items() if k != "chunk_index"}
+    return _Stored(ids, docs, metas[0], record)
+
+
 def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
     """Correct a label's fields: kept first, then the label re-indexed at once (lexical and dense,
     every collection ingest writes to). Returns the corrected record."""
     wanted = check_changes(changes)
     with _label_lock(r, label_id, "is being corrected by another request; try again"):
-        ids, docs, metas = _chunks(chroma, r, label_id)
-        if not metas:
+        got = _stored(r, chroma, label_id)
+        if got is None:
             raise YanaError.of(ErrorCode.NOT_FOUND, f"no label {label_id}")
         at = time.time()
         fixed = {
@@ -180,13 +203,12 @@ def correct(r, chroma, label_id: str, changes: dict[str, Any]) -> dict:
             **{k: {"value": v, "source": "corrected", "confidence": 1.0, "at": at} for k, v in wanted.items()},
         }
         r.hset(CORRECTIONS_KEY, label_id, orjson.dumps(fixed).decode())
-        meta = metas[0]
-        record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
-        values = apply_corrections(record, _values_of(meta), fixed)
+        record = got.record
+        values = apply_corrections(record, _values_of(got.meta), fixed)
         record["field_sources"] = orjson.dumps(values).decode()
         record["corrected_at"] = at
-        ocr_text = str(meta.get("ocr_text") or "")
-        _rewrite(r, chroma, record, _text_fields(record, values, _free_text(docs, ocr_text), ocr_text), old_ids=ids)
+        free = _free_text(got.docs, got.ocr_text)
+        _rewrite(r, chroma, record, _text_fields(record, values, free, got.ocr_text), old_ids=got.ids)
         return _view(r, label_id, labels.to_metadata(record) | {"field_sources": record["field_sources"]}, fixed)
 
 
@@ -198,13 +220,12 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
     from pipelines.ingest.pipeline import read_values
 
     with _label_lock(r, label_id, "is being corrected; its read is applied later"):
-        ids, docs, metas = _chunks(chroma, r, label_id)
-        if not metas:
+        got = _stored(r, chroma, label_id)
+        if got is None:
             return False
-        meta = metas[0]
-        record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
+        record = got.record
         deferred.mark(record, pending=False)
-        values = merge_field_values(_values_of(meta), read_values(reading))
+        values = merge_field_values(_values_of(got.meta), read_values(reading))
         record["ocr_text"] = reading.get("text") or ""
         record["ocr_engine"] = reading.get("engine") or ""
         for k in TEXT_FIELDS:
@@ -214,8 +235,8 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
             record["label_features"] = list(reading["label_features"])
         values = apply_corrections(record, values, corrections(r, label_id))
         record["field_sources"] = orjson.dumps(values).decode()
-        free = _free_text(docs, str(meta.get("ocr_text") or ""))
-        _rewrite(r, chroma, record, _text_fields(record, values, free, record["ocr_text"]), old_ids=ids)
+        free = _free_text(got.docs, got.ocr_text)
+        _rewrite(r, chroma, record, _text_fields(record, values, free, record["ocr_text"]), old_ids=got.ids)
         return True
 
 
@@ -223,17 +244,14 @@ def give_up_reading(r, chroma, label_id: str) -> bool:
     """The deferred read of this label failed for good: its record says so (`read_failed`) instead
     of a read pending for ever; its fields and text stay as they are. False when no such label."""
     with _label_lock(r, label_id, "is being corrected; its read is marked later"):
-        ids, docs, metas = _chunks(chroma, r, label_id)
-        if not metas:
+        got = _stored(r, chroma, label_id)
+        if got is None:
             return False
-        meta = metas[0]
-        record = {k: v for k, v in labels.from_metadata(meta).items() if k != "chunk_index"}
-        if not deferred.is_pending(record):
+        if not deferred.is_pending(got.record):
             return True  # read meanwhile (a decision needed it), or marked already
-        deferred.mark(record, pending=False, failed=True)
-        values = _values_of(meta)
-        free = _free_text(docs, str(meta.get("ocr_text") or ""))
-        _rewrite(r, chroma, record, _text_fields(record, values, free, str(meta.get("ocr_text") or "")), old_ids=ids)
+        deferred.mark(got.record, pending=False, failed=True)
+        fields = _text_fields(got.record, _values_of(got.meta), _free_text(got.docs, got.ocr_text), got.ocr_text)
+        _rewrite(r, chroma, got.record, fields, old_ids=got.ids)
         return True
 
 
