@@ -14,7 +14,9 @@ import pytest
 import redis
 import yaml
 
-from cli.processes import free_port, redis_server_binary
+from cli.processes import free_port, redis_server_binary, start_redis
+from tests.sentinel_stack import MASTER, compose_node_script, node_env
+from tests.stack import wait_for
 from yana.blobs import parse_s3_url
 from yana.clients import celery_redis_config, parse_sentinel
 from yana.settings import Settings
@@ -127,8 +129,6 @@ def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path)
     """The Redis nodes' command, run for real on loopback. With no sentinel answering, a node takes
     its first role (the first start). With the sentinels naming another node as master (after a
     failover), the old master's host comes back as its replica, not as a second master."""
-    from tests.sentinel_stack import MASTER, node_env
-
     other_port, node_port, sentinel_port = free_port(), free_port(), free_port()
     procs = [_redis(other_port, tmp_path / "other")]
     try:
@@ -140,7 +140,7 @@ def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path)
             f"port {sentinel_port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {other_port} 2\n"
         )
         procs.append(_start([redis_server_binary(), str(tmp_path / "sentinel.conf"), "--sentinel"], tmp_path))
-        _wait(lambda: _master_named(sentinel_port, MASTER))
+        wait_for(lambda: _master_named(sentinel_port, MASTER), timeout_s=20, what="the sentinel")
         # The same node again, first role still "master": the sentinels name another one.
         procs.append(_node(tmp_path / "again", node_env({}, node_port, [sentinel_port], None)))
         info = redis.Redis(port=node_port, socket_timeout=2, decode_responses=True).info("replication")
@@ -151,16 +151,15 @@ def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path)
 
 
 def _redis(port: int, folder: Path) -> subprocess.Popen:
-    folder.mkdir()
-    return _start([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""], folder)
+    server = start_redis(folder, port, folder / "logs", os.environ.copy())
+    wait_for(server.healthy, timeout_s=20, what="redis-server")
+    return server.proc
 
 
 def _node(folder: Path, env: dict) -> subprocess.Popen:
     folder.mkdir()
-    from tests.sentinel_stack import compose_node_script
-
     p = _start(["sh", "-c", compose_node_script()], folder, env={**os.environ, **env})
-    _wait(lambda: _role(int(env["PORT"])))
+    wait_for(lambda: _role(int(env["PORT"])), timeout_s=20, what="the node")
     return p
 
 
@@ -180,14 +179,6 @@ def _role(port: int) -> str | None:
         return redis.Redis(port=port, socket_timeout=1, decode_responses=True).role()[0]
     except redis.RedisError:
         return None
-
-
-def _wait(ok, timeout_s: float = 20):
-    deadline = time.monotonic() + timeout_s
-    while not (found := ok()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return found
 
 
 def _stop(p: subprocess.Popen) -> None:

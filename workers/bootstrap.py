@@ -180,14 +180,15 @@ def _child_init(**_):
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
 
 
-def _libc_malloc_trim():
+def _libc() -> ctypes.CDLL | None:
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
         return None
 
 
-_malloc_trim = _libc_malloc_trim()
+_LIBC = _libc()
+_malloc_trim = getattr(_LIBC, "malloc_trim", None)  # None where the C library is not glibc
 
 
 # Libraries used only while loading: LLVM links numba's cached kernels into memory and is not
@@ -195,7 +196,6 @@ _malloc_trim = _libc_malloc_trim()
 # process that loaded it (~68 MB of libllvmlite.so, counted in its RSS and, mapped by it alone,
 # in full in its PSS) unless given back.
 LOAD_ONLY_LIBRARIES = ("libllvmlite",)
-_MADV_DONTNEED = 4
 
 
 def drop_library_pages(names: tuple[str, ...]) -> int:
@@ -204,29 +204,25 @@ def drop_library_pages(names: tuple[str, ...]) -> int:
     one (RELRO) holds the loader's writes, and dropping those would fault the file's unrelocated
     bytes back in. A clean one holds nothing but the file's bytes, so a later use faults them in
     again from the page cache. Returns the bytes advised (0 where /proc or madvise is not there)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        lines = open("/proc/self/smaps").read().splitlines()  # noqa: SIM115 - read at once
-    except OSError:
+    import mmap
+
+    import psutil
+
+    madvise = getattr(_LIBC, "madvise", None)
+    if madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
         return 0
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    candidates: list[tuple[int, int]] = []
-    current: tuple[int, int] | None = None
-    dirty = 0
-    for line in [*lines, "end-of-smaps"]:
-        head = line.split(maxsplit=5)
-        if head and (head[0] == "end-of-smaps" or ("-" in head[0] and not head[0].endswith(":"))):
-            if current is not None and dirty == 0:
-                candidates.append(current)
-            current, dirty = None, 0
-            if len(head) == 6 and "w" not in head[1] and any(n in os.path.basename(head[5]) for n in names):
-                start, end = (int(x, 16) for x in head[0].split("-"))
-                current = (start, end)
-        elif current is not None and head and head[0] in ("Private_Dirty:", "Shared_Dirty:", "Anonymous:"):
-            dirty += int(head[1])
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    try:
+        maps = psutil.Process().memory_maps(grouped=False)
+    except (psutil.Error, OSError):
+        return 0
     dropped = 0
-    for start, end in candidates:
-        if libc.madvise(start, end - start, _MADV_DONTNEED) == 0:
+    for m in maps:
+        clean = m.private_dirty == 0 and m.shared_dirty == 0 and m.anonymous == 0
+        if "w" in m.perms or not clean or not any(n in os.path.basename(m.path) for n in names):
+            continue
+        start, end = (int(x, 16) for x in m.addr.split("-"))
+        if madvise(start, end - start, mmap.MADV_DONTNEED) == 0:
             dropped += end - start
     return dropped
 

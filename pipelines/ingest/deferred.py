@@ -64,16 +64,20 @@ return due
 RECORD_MARK = "ocr"
 
 
-def mark(record: dict, *, pending: bool, failed: bool = False) -> None:
-    record[RECORD_MARK] = "deferred" if pending else ("failed" if failed else "read")
+PENDING, READ, FAILED = "deferred", "read", "failed"
+
+
+def mark(record: dict, state: str) -> None:
+    """PENDING (deferred at ingest), READ (the pass applied it) or FAILED (the pass gave up)."""
+    record[RECORD_MARK] = state
 
 
 def is_pending(record: dict) -> bool:
-    return record.get(RECORD_MARK) == "deferred"
+    return record.get(RECORD_MARK) == PENDING
 
 
 def has_failed(record: dict) -> bool:
-    return record.get(RECORD_MARK) == "failed"
+    return record.get(RECORD_MARK) == FAILED
 
 
 def has_full_fields(fields: dict) -> bool:
@@ -182,7 +186,7 @@ def _leave(r, label_id: str) -> None:
         p.execute()
 
 
-def _failed(r, chroma, label_id: str, s: Settings, now: float | None = None) -> str:
+def _failed(r, chroma, label_id: str, s: Settings) -> str:
     """A failed read is due again OCR_DEFER_RETRY_S later, doubling each time (an OCR time limit is
     the load of the moment more often than the image); after OCR_DEFER_ATTEMPTS the label is marked
     read failed and leaves the pass. Returns "retry" or "failed"."""
@@ -190,8 +194,7 @@ def _failed(r, chroma, label_id: str, s: Settings, now: float | None = None) -> 
 
     tries = int(r.hincrby(DEFERRED_FAILURES_KEY, label_id, 1))
     if tries < s.ocr_defer_attempts:
-        now = time.time() if now is None else now
-        r.zadd(DEFERRED_READS_KEY, {label_id: now + s.ocr_defer_retry_s * 2 ** (tries - 1)}, xx=True)
+        r.zadd(DEFERRED_READS_KEY, {label_id: time.time() + s.ocr_defer_retry_s * 2 ** (tries - 1)}, xx=True)
         return "retry"
     give_up_reading(r, chroma, label_id)
     _leave(r, label_id)

@@ -312,7 +312,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         res.label_id, fields, reading, sha1=sha1, phash=ph, file_path=file_path, fixed=fixed
     )
     if deferred:
-        deferred_reads.mark(record, pending=True)
+        deferred_reads.mark(record, deferred_reads.PENDING)
     if item.get("name"):  # the name the client uploaded it under (the dedup report shows it)
         record["file_name"] = str(item["name"])[:300]
     return out, {"record": record, "fields": text_fields, "image_key": image_key}

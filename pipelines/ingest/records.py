@@ -224,7 +224,7 @@ def apply_reading(r, chroma, label_id: str, reading: dict) -> bool:
         if got is None:
             return False
         record = got.record
-        deferred.mark(record, pending=False)
+        deferred.mark(record, deferred.READ)
         values = merge_field_values(_values_of(got.meta), read_values(reading))
         record["ocr_text"] = reading.get("text") or ""
         record["ocr_engine"] = reading.get("engine") or ""
@@ -249,7 +249,7 @@ def give_up_reading(r, chroma, label_id: str) -> bool:
             return False
         if not deferred.is_pending(got.record):
             return True  # read meanwhile (a decision needed it), or marked already
-        deferred.mark(got.record, pending=False, failed=True)
+        deferred.mark(got.record, deferred.FAILED)
         fields = _text_fields(got.record, _values_of(got.meta), _free_text(got.docs, got.ocr_text), got.ocr_text)
         _rewrite(r, chroma, got.record, fields, old_ids=got.ids)
         return True

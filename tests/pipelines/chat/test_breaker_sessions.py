@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
-import subprocess
 import time
 import uuid
 
 import orjson
-import redis
 
-from cli.processes import free_port, redis_server_binary
+from cli.processes import free_port, start_redis
 from pipelines.chat.breaker import CircuitBreaker
 from pipelines.chat.sessions import SessionStore
 from tests.stack import wait_for
@@ -92,14 +91,10 @@ def test_a_redis_outage_falls_back_on_the_fleets_last_state(tmp_path):
     saw the circuit open, another one's probe closed it, then Redis stopped answering. Before, the
     fallback still held this process's own two failures and refused the LLM for the open period
     (seen as llm_circuit_open under load, when one 300 ms Redis call timed out)."""
-    port = free_port()
-    server = subprocess.Popen(
-        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-    )
+    server = start_redis(tmp_path, free_port(), tmp_path / "logs", os.environ.copy())
     try:
-        r = get_fast_redis(Settings(redis_url=f"redis://127.0.0.1:{port}/0"))
-        wait_for(lambda: _pings(r), timeout_s=10, interval_s=0.05, what="redis-server")
+        wait_for(server.healthy, timeout_s=10, interval_s=0.05, what="redis-server")
+        r = get_fast_redis(Settings(redis_url=server.url))
         name = uuid.uuid4().hex[:12]
         here, there = _breaker(r, name, failure_threshold=2, open_s=60), _breaker(r, name, failure_threshold=2)
         here.record_failure("llm_timeout")
@@ -108,18 +103,11 @@ def test_a_redis_outage_falls_back_on_the_fleets_last_state(tmp_path):
         assert here.allow() == (True, "closed", 0)
         here.record_failure("llm_timeout")  # one failure since: still closed with a threshold of 2
     finally:
-        server.kill()
-        server.wait(10)
+        server.proc.kill()
+        server.proc.wait(10)
     assert here.allow()[:2] == (True, "closed")
     assert here.status().shared is False and here.status().failures == 1
     assert here.record_failure("llm_timeout") == "open"  # and it goes on counting from there
-
-
-def _pings(r) -> bool:
-    try:
-        return bool(r.ping())
-    except redis.RedisError:
-        return False
 
 
 def test_sessions_keep_turns_with_ttl_and_cap(redis_client):
