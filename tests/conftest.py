@@ -53,6 +53,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "stack" not in item.fixturenames and item.get_closest_marker("stack") is None:
             item.add_marker(pytest.mark.unit)
+    # The benches' tests last: they only collect runs started at collection (tests/test_benches.py),
+    # so by then the runs are done, and no xdist worker sits waiting on one while tests are queued.
+    items.sort(key=lambda item: getattr(item, "originalname", "") == "test_bench_runs_at_a_tiny_size")
 
 
 def pytest_collection_finish(session):
@@ -61,15 +64,19 @@ def pytest_collection_finish(session):
 
     scripts = test_benches.selected_scripts(session.items)
     if scripts and not session.config.option.collectonly:
-        session.config.stash[test_benches.BENCH_RUNS] = test_benches.BenchRuns(scripts)
+        runs, results = test_benches.start(session.config, scripts)
+        session.config.stash[test_benches.BENCH_RUNS] = runs
+        session.config.stash[test_benches.BENCH_RESULTS] = results
 
 
-def pytest_sessionfinish(session):
+def pytest_sessionfinish(session, exitstatus):
     from tests import test_benches
 
     runs = session.config.stash.get(test_benches.BENCH_RUNS, None)
     if runs is not None:
-        runs.stop()
+        # an xdist worker done with its own tests lets the runs finish: another may be waiting on them
+        shared = hasattr(session.config, "workerinput") and exitstatus != pytest.ExitCode.INTERRUPTED
+        runs.stop(wait=shared)
 
 
 @pytest.fixture(scope="session")

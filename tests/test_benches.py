@@ -3,9 +3,11 @@ sizes are for coverage, not measurement (real runs: see each script's docstring)
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -66,6 +68,9 @@ def test_every_bench_has_a_tiny_size():
 # The tiny runs start when collection ends (tests/conftest.py: pytest_collection_finish), two at a
 # time, longest first, and overlap the rest of the session: a stack test mostly waits on processes
 # it started, and the runs used to take ~6 minutes of CI's 25 at the end, one after the other.
+# Under pytest-xdist every worker collects every test but the runs must start once: the worker that
+# first creates the run's shared folder starts them and writes each result there; a bench test on
+# any worker reads its result from that folder.
 PARALLEL = 2
 LONGEST_FIRST = ("fault_run.py", "neardup_eval.py", "think_eval.py", "failover_recovery.py", "blob_ingest.py")
 TIMEOUT_S = 600
@@ -73,11 +78,13 @@ TIMEOUT_S = 600
 
 class BenchRuns:
     """The selected benches' tiny runs, in threads, each a subprocess with the environment as it
-    was when collection ended (tests change os.environ as they run); `stop` kills what still runs
-    when the session ends early."""
+    was when collection ended (tests change os.environ as they run); each result is also written to
+    `results_dir` (if given) for the other xdist workers; `stop` kills what still runs when the
+    session ends early."""
 
-    def __init__(self, scripts: set[str]):
+    def __init__(self, scripts: set[str], results_dir: Path | None = None):
         self.env = processes.child_env()
+        self.results_dir = results_dir
         self.procs: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="bench")
@@ -105,14 +112,53 @@ class BenchRuns:
         finally:
             with self.lock:
                 self.procs.discard(proc)
-        return proc.returncode, out, err, time.monotonic() - t0
+        result = (proc.returncode, out, err, time.monotonic() - t0)
+        if self.results_dir is not None:
+            tmp = self.results_dir / f".{script}.json"
+            tmp.write_text(json.dumps(result))
+            tmp.rename(self.results_dir / f"{script}.json")  # atomic: a reader never sees half a file
+        return result
 
-    def stop(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+    def stop(self, *, wait: bool = False) -> None:
+        """Kill what still runs; with `wait` (an xdist worker whose own tests are done while another
+        worker may still wait on these results), let the runs finish first."""
+        self.pool.shutdown(wait=wait, cancel_futures=not wait)
         with self.lock:
             for proc in self.procs:
                 proc.kill()
         self.pool.shutdown(wait=True)
+
+
+class SharedResult:
+    """A bench result another xdist worker is producing: `result()` waits for its file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def result(self) -> tuple[int, str, str, float]:
+        deadline = time.monotonic() + TIMEOUT_S * len(TINY)  # bounded by the runner's own timeouts
+        while not self.path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no result at {self.path}: did the worker running the benches die?")
+            time.sleep(0.5)
+        returncode, out, err, took = json.loads(self.path.read_text())
+        return returncode, out, err, took
+
+
+def start(config, scripts: set[str]) -> tuple[BenchRuns | None, dict[str, Future | SharedResult]]:
+    """Start the runs in this process, or, under xdist where another worker already started them,
+    return readers of that worker's results."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        runs = BenchRuns(scripts)
+        return runs, dict(runs.futures)
+    shared = Path(tempfile.gettempdir()) / f"yana-bench-{workerinput['testrunuid']}"
+    try:
+        shared.mkdir()
+    except FileExistsError:
+        return None, {s: SharedResult(shared / f"{s}.json") for s in scripts}
+    runs = BenchRuns(scripts, results_dir=shared)
+    return runs, dict(runs.futures)
 
 
 def selected_scripts(items) -> set[str]:
@@ -124,12 +170,13 @@ def selected_scripts(items) -> set[str]:
     }
 
 
-BENCH_RUNS = pytest.StashKey[BenchRuns]()
+BENCH_RUNS = pytest.StashKey[BenchRuns | None]()
+BENCH_RESULTS = pytest.StashKey[dict]()
 
 
 @pytest.fixture(scope="module")
-def bench_runs(request) -> dict[str, Future]:
-    return request.config.stash[BENCH_RUNS].futures  # started by tests/conftest.py
+def bench_runs(request) -> dict:
+    return request.config.stash[BENCH_RESULTS]  # started by tests/conftest.py
 
 
 @pytest.mark.stack  # each bench starts its own processes
