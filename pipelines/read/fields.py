@@ -98,7 +98,16 @@ _BREWERY_SUFFIX = (
     "ファーム",
     "果汁工房",
 )
-_COMPANY = re.compile(r"(株式会社|有限会社|合資会社|合名会社|\(株\)|\(有\)|㈱|㈲)")
+_COMPANY_WORDS = ("株式会社", "有限会社", "合資会社", "合名会社")
+# A company word as written, or read with one slip (称式会社, 株式公社): OCR slips in small print
+# are as common there as anywhere, and a maker named with the slip left in is a wrong maker.
+_COMPANY = re.compile(
+    "("
+    + "|".join(_COMPANY_WORDS)
+    + "|"
+    + "|".join(w[:i] + "." + w[i + 1 :] for w in _COMPANY_WORDS for i in range(len(w)))
+    + r"|\(株\)|\(有\)|㈱|㈲)"
+)
 
 
 def normalize(text: str) -> str:
@@ -393,20 +402,48 @@ def _places(lines: list[Line], out: dict[str, Field]) -> None:
     out["region"] = Field(pref + city, "ocr", conf * (0.9 if city else 1.0), ln.text)
 
 
-def _brewery_name(text: str) -> tuple[str, float]:
+def _snap_suffix(name: str, alts: list[str] | None) -> tuple[str, bool]:
+    """`name` with its maker suffix (酒造, 醸造場, ファーム ...) in its written form, and whether it
+    ends in one at all. A suffix of three or more characters is taken with one OCR slip (ファム,
+    果汁T房); a two-character one (酒造, 醸造) only with the slip's right character among the
+    recogniser's alternatives there (`alts`, per character of `name`): one slip in two characters
+    would make any 〜造 or 酒〜 a maker."""
+    nk = fuzzy_key(name)
+    for suf in _BREWERY_SUFFIX:
+        if nk.endswith(fuzzy_key(suf)) and len(nk) > len(suf):
+            return name[: len(name) - len(suf)] + suf, True
+    best: tuple[tuple[int, bool, int], str] | None = None  # the fewest slips, then no lost or extra character
+    for suf in _BREWERY_SUFFIX:
+        sk = fuzzy_key(suf)
+        n = len(sk)
+        allowed = 1 if n >= 3 else 0
+        for size in (n, n - 1, n + 1) if n >= 3 else (n,):
+            if len(nk) - size < 2:  # a maker's own name before the suffix: two characters at least
+                continue
+            tail_alts = alts[len(alts) - size :] if alts else None
+            d = _edit(sk, nk[len(nk) - size :], allowed, tail_alts)
+            key = (d, size != n, -n)
+            if d <= allowed and (best is None or key < best[0]):
+                best = (key, name[: len(name) - size] + suf)
+    return (best[1], True) if best else (name, False)
+
+
+def _brewery_name(ln: Line) -> tuple[str, float]:
     """The maker named on a line (製造者 X / a name ending in 酒造, 醸造 ...) and how sure."""
-    t = normalize(text)
+    t = normalize(ln.text)
+    k, line_alts = _keyed(ln)
     m = re.search(r"(?:製造者|製.者|.?造者|製造元|醸造元|蔵元)[:：]?(.+)", t)
     if m:
         name, score = m.group(1), 3.0
     else:
-        tk = fuzzy_key(text)
         name, score = "", 0.0
         for suf in _BREWERY_SUFFIX:
-            pos = tk.rfind(fuzzy_key(suf))
+            pos = k.rfind(fuzzy_key(suf))
             if pos > 0:
                 name, score = t[: pos + len(suf)], 2.0
                 break
+        else:
+            name, score = t, 1.5  # no suffix as read: one read with a slip, if the line ends in it
     # a grade line (本醸造, 特別本醸造) ends in 醸造 too; a maker named 坂本醸造 is not a grade
     if not name or fuzzy_key(name) in {fuzzy_key(g) for g in GRADES} or fuzzy_key(name).startswith("特別"):
         return "", 0.0
@@ -417,6 +454,11 @@ def _brewery_name(text: str) -> tuple[str, float]:
         if pos > 0:
             name = name[:pos]
     name = normalize(name)
+    at = t.rfind(name) if name else -1
+    alts = line_alts[at : at + len(name)] if at >= 0 and any(line_alts) else None
+    name, suffixed = _snap_suffix(name, alts)
+    if score < 2.0 and not suffixed:
+        return "", 0.0
     return (name, score) if 1 < len(name) <= 14 else ("", 0.0)
 
 
@@ -424,18 +466,12 @@ def _brewery(lines: list[Line], out: dict[str, Field]) -> None:
     known = {fuzzy_key(b.name): b.name for b in gazetteer().of("brewery")}
     best = 0.0
     for ln in lines:
-        name, score = _brewery_name(ln.text)
+        name, score = _brewery_name(ln)
         if not name:
             continue
         nk = fuzzy_key(name)
         if nk in known:
             name, score = known[nk], score + 1.0
-        else:
-            # restore a confused suffix to its written form (洒造 -> 酒造)
-            for suf in _BREWERY_SUFFIX:
-                if nk.endswith(fuzzy_key(suf)):
-                    name = name[: len(name) - len(suf)] + suf
-                    break
         if score > best:
             best = score
             out["brewery"] = Field(name, "ocr", min(1.0, 0.3 + 0.2 * score) * ln.confidence, ln.text)

@@ -81,6 +81,30 @@ def test_one_slip_in_a_grade_line_is_tolerated_but_not_in_a_brewery_name():
     assert v["brewery"] == "本田酒造"
 
 
+def test_a_maker_suffix_read_with_one_slip_is_restored():
+    # three characters or more: one slip (ー lost, 工 read as T) is still the suffix
+    assert extract_fields(["製造者 山田ファム株式会社"]).values()["brewery"] == "山田ファーム"
+    assert extract_fields(["製造者 前田果汁T房株式会社"]).values()["brewery"] == "前田果汁工房"
+    # a maker line with no key at all, its suffix misread, is still a maker
+    assert extract_fields(["トマトジュース", "前田ファム"]).values()["brewery"] == "前田ファーム"
+    # a company word read with a slip is no part of the name
+    assert extract_fields(["造者木村本店称式会社"]).values()["brewery"] == "木村本店"
+
+
+def test_a_two_character_suffix_is_restored_only_with_the_recognisers_alternative():
+    def maker(alternatives):
+        text = "製造者花灯酸造株式会社"
+        return Line(text, (), 0.9, False, 0, alternatives)
+
+    sure = ("",) * 11
+    offered = ("",) * 5 + ("醸酉",) + ("",) * 5  # the recogniser also saw 醸 where it read 酸
+    assert extract_fields(Reading((maker(offered),), "test")).values()["brewery"] == "花灯醸造"
+    assert extract_fields(Reading((maker(sure),), "test")).values()["brewery"] == "花灯酸造"
+    # with no maker key and no alternative, one slip in two characters is no maker: any 〜造 would be
+    assert "brewery" not in extract_fields(["花灯酸造"]).values()
+    assert "brewery" not in extract_fields(["山田商事", "無添加"]).values()
+
+
 def test_fuzzy_key_folds_confusions_only():
     assert fuzzy_key("洒造") == fuzzy_key("酒造")
     assert fuzzy_key("アルコ一ル") == fuzzy_key("アルコール")
