@@ -12,6 +12,11 @@ Redis, Chroma, the worker main and its pool, Flower, the API) at three points:
   * after `yana ingest` of --labels fresh sample labels (`yana sample-labels`), then idle;
   * after --searches searches (GET /v1/search, varied queries), then idle.
 
+"Idle" is measured, not assumed: each snapshot waits until no label waits for its deferred read
+(they run after `yana ingest` has returned, once ingest has been quiet for OCR_DEFER_IDLE_S) and the
+whole process tree has used under --idle-cpu of one core over 3 s, and says how long that took. A fixed pause used to catch pool
+processes mid-read (their RSS then holds a read's working memory).
+
 PSS (proportional set size, from /proc/PID/smaps_rollup through psutil) splits each shared page
 among the processes that map it, so the PSS column adds up to what the whole system costs; RSS
 counts shared pages in full in every process. `torch` says whether the process mapped libtorch.
@@ -135,6 +140,52 @@ def show(title: str, rows: list[dict]) -> dict:
     return {**total, "max_rss": biggest["rss"], "torch": sum(r["torch"] for r in rows)}
 
 
+def tree_cpu(supervisor: psutil.Process) -> float:
+    total = 0.0
+    for p in [supervisor, *supervisor.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def deferred_reads(data: Path) -> int:
+    """Labels of this `yana up` whose deferred read has not been done yet (its up.env names Redis)."""
+    import redis
+
+    from pipelines.ingest.keys import DEFERRED_READS_KEY
+
+    env = dict(line.split("=", 1) for line in (data / "up.env").read_text().splitlines() if "=" in line)
+    with redis.Redis.from_url(env["REDIS_URL"], socket_timeout=5) as r:
+        return int(r.zcard(DEFERRED_READS_KEY))
+
+
+def wait_idle(supervisor: psutil.Process, data: Path, args) -> str:
+    """Wait until `yana up`'s processes are idle (see the module docstring); returns what to print."""
+    t0 = time.monotonic()
+    while (waiting := deferred_reads(data)) and time.monotonic() - t0 < args.idle_timeout:
+        time.sleep(0.5)
+    if waiting:
+        return f"NOT idle after {args.idle_timeout:.0f} s ({waiting} deferred reads still waiting)"
+    window = 3.0
+    samples = [(t0, tree_cpu(supervisor))]
+    while True:
+        time.sleep(0.5)
+        now = time.monotonic()
+        samples.append((now, tree_cpu(supervisor)))
+        while len(samples) > 2 and now - samples[1][0] >= window:  # keep the last `window` seconds
+            samples.pop(0)
+        span = now - samples[0][0]
+        if span >= window and (samples[-1][1] - samples[0][1]) / span < args.idle_cpu:
+            return f"idle after {now - t0:.1f} s"
+        if now - t0 > args.idle_timeout:
+            return (
+                f"NOT idle after {args.idle_timeout:.0f} s (still {(samples[-1][1] - samples[0][1]) / span:.2f} cores)"
+            )
+
+
 def yana(src: Path, *args: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args], cwd=src, env=env, capture_output=True, text=True, timeout=timeout
@@ -170,6 +221,7 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
         print(f"\n=== {name} ({src}): `yana up` said it is up after {out['up_s']:.1f} s ({load()})", flush=True)
         sup = psutil.Process(up.pid)
         time.sleep(args.settle)
+        print(f"[{name}] {wait_idle(sup, data, args)}")
         out["idle"] = show(f"[{name}] idle after start", snapshot(sup))
 
         labels = tmp / f"labels-{name}"
@@ -186,6 +238,7 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
         m = re.search(r"│\s*(\d+)\s*│\s*(\d+)\s*│", done.stdout)
         print(f"[{name}] ingested {args.labels} labels in {time.monotonic() - t1:.1f} s ({m and m.group(0)})")
         time.sleep(args.settle)
+        print(f"[{name}] {wait_idle(sup, data, args)}")
         out["ingest"] = show(f"[{name}] idle after ingesting {args.labels} labels", snapshot(sup))
 
         with httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=60) as client:
@@ -200,6 +253,7 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
                     raise RuntimeError(f"search answered {r.status_code}: {r.text[:300]}")
         print(f"[{name}] {args.searches} searches in {time.monotonic() - t1:.1f} s")
         time.sleep(args.settle)
+        print(f"[{name}] {wait_idle(sup, data, args)}")
         out["search"] = show(f"[{name}] idle after {args.searches} searches", snapshot(sup))
     finally:
         if up.poll() is None:
@@ -220,7 +274,9 @@ def main() -> None:
     ap.add_argument("--baseline-rev", default="HEAD~1", help="git revision to compare with (a temporary worktree)")
     ap.add_argument("--baseline-src", help="a checkout to compare with instead of --baseline-rev")
     ap.add_argument("--no-baseline", action="store_true")
-    ap.add_argument("--settle", type=float, default=3.0, help="seconds idle before each snapshot")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds to wait before the idle check")
+    ap.add_argument("--idle-cpu", type=float, default=0.1, help="idle: the tree's CPU use under this many cores")
+    ap.add_argument("--idle-timeout", type=float, default=300.0, help="snapshot anyway after this many seconds")
     ap.add_argument("--up-timeout", type=float, default=600.0)
     ap.add_argument("--tiny", action="store_true", help="4 labels, 5 searches, no baseline")
     args = ap.parse_args()
