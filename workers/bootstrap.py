@@ -15,7 +15,6 @@ imported here: the default int8 encoder runs on onnxruntime (torch only builds i
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -26,6 +25,7 @@ import time
 from celery import signals
 
 from yana import logging as ylog
+from yana import memory
 
 _THREAD_VARS = {
     "OMP_NUM_THREADS": "1",
@@ -180,17 +180,6 @@ def _child_init(**_):
     ylog.configure(os.environ.get("LOG_LEVEL", "INFO"))
 
 
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
-_malloc_trim = getattr(_LIBC, "malloc_trim", None)  # None where the C library is not glibc
-
-
 # Libraries used only while loading: LLVM links numba's cached kernels into memory and is not
 # touched again (no new compilation in a running worker). Its code pages stay resident in the
 # process that loaded it (~68 MB of libllvmlite.so, counted in its RSS and, mapped by it alone,
@@ -208,7 +197,7 @@ def drop_library_pages(names: tuple[str, ...]) -> int:
 
     import psutil
 
-    madvise = getattr(_LIBC, "madvise", None)
+    madvise = getattr(memory.LIBC, "madvise", None)
     if madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
         return 0
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
@@ -231,5 +220,4 @@ def drop_library_pages(names: tuple[str, ...]) -> int:
 def _give_memory_back(**_):
     """A task's freed memory back to the system: glibc keeps freed heap (a label read's images and
     activations) in the process otherwise, so an idle pool process would hold its busiest moment."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
+    memory.give_back_freed_heap()

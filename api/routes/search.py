@@ -28,6 +28,7 @@ from pipelines.ingest import identify
 from pipelines.labels.model import LabelHit
 from pipelines.search.service import K_MAX, PAGE_SIZE_MAX, QUERY_MAX_CHARS, search, warm
 from yana import context as correlation
+from yana import memory
 from yana.clients import get_blobs, get_redis
 from yana.errors import ErrorCode, YanaError, bad_request
 from yana.settings import get_settings
@@ -43,6 +44,7 @@ async def _warm(app):
             try:
                 n = warm()
                 log.info("search index warmed", extra={"chunks": n})
+                memory.give_back_freed_heap()  # the model load's temporary buffers (~18 MB)
             except Exception:  # stores not up yet: the first query loads instead
                 log.warning("search warm-up failed", exc_info=True)
 
