@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -162,9 +163,18 @@ def run_mode(args, mode: str, metas, warm, counts, cores) -> dict:
 
     def post(client, batch):
         files, items = batch
-        r = client.post(
-            "/v1/ingest", files=files, data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)}
-        )
+        key = uuid.uuid4().hex  # as the CLI does: a retried batch is the same job, never a second one
+        for attempt in range(3):
+            r = client.post(
+                "/v1/ingest",
+                files=files,
+                data={"category": "sake", "items": json.dumps(items, ensure_ascii=False)},
+                headers={"Idempotency-Key": key},
+            )
+            # a retryable error (the API's request time limit on a starved machine): retry as a client does
+            if r.status_code == 202 or not (r.status_code >= 400 and r.json().get("error", {}).get("retryable")):
+                break
+            time.sleep(1 + attempt)
         assert r.status_code == 202, r.text
         return wait_job(client, r.json()["job_id"], 900)
 

@@ -47,6 +47,21 @@ def api_schema(stack, tmp_path_factory):
         processes.stop([chroma])
 
 
+def no_server_error_but_a_declared_outage(ctx, response, case):
+    """`not_a_server_error`, except the contract's own answer for a dependency that did not answer
+    in time (503 UPSTREAM_UNAVAILABLE, retryable): on a starved machine the health check's Redis
+    probe can run past its 1.5 s, and saying so is the documented behaviour, not a server error.
+    `status_code_conformance` still requires 503 to be declared for the operation."""
+    if response.status_code == 503:
+        try:
+            error = response.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            error = None
+        if isinstance(error, dict) and error.get("code") == "UPSTREAM_UNAVAILABLE" and error.get("retryable") is True:
+            return None
+    return not_a_server_error(ctx, response, case)
+
+
 def _run(operation, mode: GenerationMode) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
@@ -60,7 +75,9 @@ def _run(operation, mode: GenerationMode) -> None:
         # The client waits longer than any route's own time limit (60 s at most; the route answers
         # 408 then, a declared status): a slow answer on a loaded machine is not a conformance
         # failure, and a client giving up first (30 s here before) made a passing case "flaky".
-        case.call_and_validate(checks=[not_a_server_error, status_code_conformance], timeout=CLIENT_TIMEOUT_S)
+        case.call_and_validate(
+            checks=[no_server_error_but_a_declared_outage, status_code_conformance], timeout=CLIENT_TIMEOUT_S
+        )
 
     check()
 
