@@ -141,8 +141,7 @@ class SharedResult:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no result at {self.path}: did the worker running the benches die?")
             time.sleep(0.5)
-        returncode, out, err, took = json.loads(self.path.read_text())
-        return returncode, out, err, took
+        return tuple(json.loads(self.path.read_text()))  # (returncode, out, err, took)
 
 
 def start(config, scripts: set[str]) -> tuple[BenchRuns | None, dict[str, Future | SharedResult]]:

@@ -14,7 +14,6 @@ imported here: the default int8 encoder runs on onnxruntime (torch only builds i
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
@@ -87,7 +86,7 @@ def _worker_init(**_):
         gc.collect()
         gc.freeze()
         _give_memory_back()
-        drop_library_pages(LOAD_ONLY_LIBRARIES)
+        memory.drop_library_pages(LOAD_ONLY_LIBRARIES)
 
 
 def _prepare_first() -> None:
@@ -185,35 +184,6 @@ def _child_init(**_):
 # process that loaded it (~68 MB of libllvmlite.so, counted in its RSS and, mapped by it alone,
 # in full in its PSS) unless given back.
 LOAD_ONLY_LIBRARIES = ("libllvmlite",)
-
-
-def drop_library_pages(names: tuple[str, ...]) -> int:
-    """Give back the resident pages of these shared libraries' clean read-only mappings (their code
-    and constants), before the pool forks. Only mappings with no dirty page: a relocated read-only
-    one (RELRO) holds the loader's writes, and dropping those would fault the file's unrelocated
-    bytes back in. A clean one holds nothing but the file's bytes, so a later use faults them in
-    again from the page cache. Returns the bytes advised (0 where /proc or madvise is not there)."""
-    import mmap
-
-    import psutil
-
-    madvise = getattr(memory.LIBC, "madvise", None)
-    if madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
-        return 0
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    try:
-        maps = psutil.Process().memory_maps(grouped=False)
-    except (psutil.Error, OSError):
-        return 0
-    dropped = 0
-    for m in maps:
-        clean = m.private_dirty == 0 and m.shared_dirty == 0 and m.anonymous == 0
-        if "w" in m.perms or not clean or not any(n in os.path.basename(m.path) for n in names):
-            continue
-        start, end = (int(x, 16) for x in m.addr.split("-"))
-        if madvise(start, end - start, mmap.MADV_DONTNEED) == 0:
-            dropped += end - start
-    return dropped
 
 
 @signals.task_postrun.connect
