@@ -67,6 +67,13 @@ class ApiUnreachable(Exception):
         super().__init__(f"cannot reach the yana API at {url}{waited} ({type(cause).__name__}: {cause})")
 
 
+def _safe_to_resend(method: str, headers) -> bool:
+    """A resend cannot act twice: a read, or a write the server deduplicates by its key."""
+    if method.upper() in ("GET", "HEAD", "OPTIONS"):
+        return True
+    return any(k.lower() == "idempotency-key" for k in (headers or {}))
+
+
 def resolve_api(api: str | None) -> tuple[str, str]:
     """(base URL, where it came from)."""
     if api:
@@ -103,6 +110,7 @@ class ApiLink:
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self.outages = 0
+        self.slow_answers = 0  # 408s sent again
         self._local = threading.local()  # per thread: did its last request need a retry?
         self.say = console.print  # a progress bar replaces it so lines print above the bar
 
@@ -121,10 +129,13 @@ class ApiLink:
         """One request; a transport error or a 502/503/504 is retried until reconnect_s has passed
         since the API was first seen down, then ApiUnreachable. A 429 (rate limited) or a 409
         with Retry-After (the same Idempotency-Key still in flight) is sent again after the
-        server's Retry-After, for up to rate_wait_s in all; then it is returned as it is."""
+        server's Retry-After, for up to rate_wait_s in all; then it is returned as it is. A 408
+        (the API's own time limit, on a starved machine) is sent again within reconnect_s when a
+        resend cannot do anything twice: a GET, or a request with an Idempotency-Key."""
         first_fail: float | None = None
         delay = 0.5
         waited = 0.0
+        slow_since: float | None = None
         self._local.retried = False
         while True:
             try:
@@ -139,6 +150,16 @@ class ApiLink:
                     time.sleep(pause)
                     waited += pause
                     continue
+                if r.status_code == 408 and self.reconnect_s > 0 and _safe_to_resend(method, kw.get("headers")):
+                    self._mark_up()  # it answered: up, only slow
+                    now = time.monotonic()
+                    slow_since = slow_since or now
+                    if now - slow_since < self.reconnect_s:
+                        self._local.retried = True
+                        self._say_slow(method, path)
+                        time.sleep(delay)
+                        delay = min(delay * 2, 5.0)
+                        continue
                 if r.status_code not in (502, 503, 504) or self.reconnect_s <= 0:
                     self._mark_up()
                     return r
@@ -151,6 +172,15 @@ class ApiLink:
                 raise ApiUnreachable(self.url, err, now - first_fail) from err
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _say_slow(self, method: str, path: str) -> None:
+        with self._lock:
+            self.slow_answers += 1
+            if self.slow_answers == 1:  # once per command: a starved machine says it on every request
+                self.say(
+                    f"[yellow]API {escape(self.url)} ran past its time limit on {method} {escape(path)} (408); "
+                    f"sending again (safe: same request, same Idempotency-Key) for up to {self.reconnect_s:.0f} s[/]"
+                )
 
     def last_retried(self) -> bool:
         """Whether this thread's last request was sent again after a failure."""

@@ -272,7 +272,11 @@ def ingest(
     ] = 4,
     strict: Annotated[bool, typer.Option(help="Treat exact duplicates as errors (409).")] = False,
     reconnect_s: Annotated[
-        float, typer.Option(min=0, help="How long to keep retrying when the API goes away mid-run.")
+        float,
+        typer.Option(
+            min=0,
+            help="How long to keep retrying when the API goes away mid-run or answers 408 (its time limit).",
+        ),
     ] = 120.0,
     api: ApiOpt = None,
     token: TokenOpt = None,
