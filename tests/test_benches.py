@@ -33,7 +33,7 @@ TINY = {
     "embed_throughput.py": ["--quick"],
     "neardup_eval.py": ["--quick"],
     "ocr_eval.py": ["--quick"],
-    "retrieve_eval.py": ["--quick", "--llm", "--cold", "20"],
+    "retrieve_eval.py": ["--quick", "--llm", "--cold", "default"],
     "retrieve_latency.py": ["--quick"],
     "think_eval.py": ["--quick", "--jobs", "3"],
     "fault_run.py": [

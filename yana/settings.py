@@ -173,9 +173,15 @@ class Settings(BaseSettings):
     # Default and cap of options.timeout_ms: chunks not embedded within it are ranked lexically.
     retrieve_timeout_ms: int = 10_000
     retrieve_timeout_max_ms: int = 30_000
-    # A request without options.timeout_ms embeds uncached texts for at most this long (a cold first
-    # answer in about a second); the rest are ranked without vectors and embedded by a follow-up job.
+    # A request without options.timeout_ms embeds uncached texts for at most this long, plus 8 ms per
+    # KB of documents up to RETRIEVE_EMBED_BUDGET_MAX_MS (a cold first answer in about a second
+    # for a few paragraphs, under 3 s for 500); the rest are ranked without vectors and embedded by a
+    # follow-up job.
     retrieve_embed_budget_ms: int = 1000
+    retrieve_embed_budget_max_ms: int = 2300
+    # Texts a request embeds at once, each run on its own core (the int8 ONNX encoder only; at most
+    # the cores over EMBED_THREADS): a cold request embeds about 1.7x as many texts in its budget.
+    retrieve_embed_parallel: int = 2
     # Over either cap the whole retrieve runs as a job (202), as with `Prefer: respond-async`.
     retrieve_max_sync_bytes: int = 5 * 1024 * 1024
     retrieve_max_sync_chunks: int = 5000

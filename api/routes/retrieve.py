@@ -54,7 +54,8 @@ class RetrieveOptions(BaseModel):
         None,
         ge=1,
         description="time budget for embedding (capped by RETRIEVE_TIMEOUT_MAX_MS); when absent a request embeds"
-        " for at most RETRIEVE_EMBED_BUDGET_MS and ranks what is left without vectors (`warnings` says so)"
+        " for RETRIEVE_EMBED_BUDGET_MS plus 8 ms per KB of documents, at most RETRIEVE_EMBED_BUDGET_MAX_MS, and ranks"
+        " what is left without vectors (`warnings` says so)"
         " while a follow-up job embeds it for the next request",
     )
     mode: Literal["auto", "extractor"] = Field(
@@ -112,10 +113,20 @@ def _options(req: RetrieveRequest) -> P.Options:
     s = get_settings()
     o = req.options
     timeout = min(o.timeout_ms or s.retrieve_timeout_ms, s.retrieve_timeout_max_ms)
-    # Without an explicit timeout_ms a request embeds for at most RETRIEVE_EMBED_BUDGET_MS (the rest is
-    # ranked without vectors and embedded by the follow-up job); with one, for up to that budget.
-    budget = None if o.timeout_ms is not None else s.retrieve_embed_budget_ms
-    return P.Options(o.top_k, o.max_chunk_chars, o.min_score, o.include_spans, timeout, o.mode, o.passage, budget)
+    # Without an explicit timeout_ms a request embeds for RETRIEVE_EMBED_BUDGET_MS, more for more text
+    # (the rest is ranked without vectors and embedded by the follow-up job); with one, for up to that.
+    explicit = o.timeout_ms is not None
+    return P.Options(
+        o.top_k,
+        o.max_chunk_chars,
+        o.min_score,
+        o.include_spans,
+        timeout,
+        o.mode,
+        o.passage,
+        embed_budget_ms=None if explicit else s.retrieve_embed_budget_ms,
+        embed_budget_max_ms=None if explicit else s.retrieve_embed_budget_max_ms,
+    )
 
 
 def _wants_async(request: Request) -> bool:

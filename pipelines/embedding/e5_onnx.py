@@ -391,7 +391,10 @@ class OnnxE5Embedder:
         self.model_name = model_name
         self.dim = packed.hidden
         self.threads = max(1, threads)
-        self._lock = threading.Lock()
+        # onnxruntime runs a session from several threads at once; at most as many runs as there
+        # are cores for them (each uses `threads`), so concurrent callers never oversubscribe.
+        self.concurrent_runs = max(1, len(os.sched_getaffinity(0)) // self.threads)
+        self._runs = threading.BoundedSemaphore(self.concurrent_runs)
         self.path = path
 
     def _encode(self, texts: list[str], prefix: str) -> np.ndarray:
@@ -413,7 +416,7 @@ class OnnxE5Embedder:
         for i, ids, weight in windows:
             token_ids = np.asarray([ids], dtype=np.int64)
             words = dequantize_q4(self._words[token_ids])
-            with self._lock:
+            with self._runs:
                 pooled = self._session.run(None, {"words": words, "attention_mask": np.ones_like(token_ids)})[0]
             acc[i] += weight * pooled[0]
         norms = np.linalg.norm(acc, axis=1, keepdims=True)

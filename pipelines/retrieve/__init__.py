@@ -33,9 +33,27 @@ class Options:
     timeout_ms: int = 10_000
     mode: str = "auto"  # auto: the LLM loop when one is configured; extractor: never the LLM
     passage: str = "chunk"  # chunk: the evidence's chunk grown around it; window: <= 3 sentences; document
-    # Time a request spends embedding texts missing from the cache (None: up to timeout_ms); the rest
+    # Time a request spends embedding texts missing from the cache (None: up to timeout_ms), plus
+    # EMBED_MS_PER_KB per KB of document text up to embed_budget_max_ms when that is set; the rest
     # are ranked without their vectors (warnings say which) and embedded by a follow-up job.
     embed_budget_ms: int | None = None
+    embed_budget_max_ms: int | None = None
+
+
+# A large cold request may take longer than a small one: this much more embedding time per KB of
+# text (embedding time grows with the text: a KB takes ~90 ms to embed on one core), up to
+# Options.embed_budget_max_ms.
+EMBED_MS_PER_KB = 8.0
+
+
+def embed_budget_s(options: Options, size_bytes: int) -> float | None:
+    """Seconds a request over `size_bytes` of documents may spend embedding (None: up to its timeout)."""
+    if options.embed_budget_ms is None:
+        return None
+    ms = float(options.embed_budget_ms)
+    if options.embed_budget_max_ms is not None:
+        ms = max(ms, min(float(options.embed_budget_max_ms), ms + EMBED_MS_PER_KB * size_bytes / 1024))
+    return ms / 1000.0
 
 
 @dataclass
@@ -101,13 +119,15 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
     # Embedding stops early enough to leave time for ranking and the answer within the budget, and
     # at the embedding budget (a cold request answers in about that much more than a warm one).
     embed_deadline = deadline - min(1.0, 0.1 * max(0.0, deadline - t0))
-    if options.embed_budget_ms is not None:
-        embed_deadline = min(embed_deadline, t0 + options.embed_budget_ms / 1000.0)
+    budget_s = embed_budget_s(options, size_of(documents))
+    if budget_s is not None:
+        embed_deadline = min(embed_deadline, t0 + budget_s)
 
     got: list = []
 
-    def chunk_vectors(vector_texts: list[str]):  # chunks + neighbour pairs, then shortlisted sentences (rank.py)
-        pv = passage_vectors(vector_texts, deadline=embed_deadline)
+    def chunk_vectors(vector_texts: list[str], share: float = 1.0):  # rank.py asks in stages
+        now = time.monotonic()
+        pv = passage_vectors(vector_texts, deadline=now + share * max(0.0, embed_deadline - now))
         got.append(pv)
         return pv.vectors, pv.present
 
@@ -121,18 +141,14 @@ def retrieve_inline(query: str, documents: list[dict], options: Options, *, dead
         passage=options.passage,
     )
     n = len(ranking.chunks)
-    if got:
-        pv = got[0]
-        own_hits = int(pv.cached[:n].sum()) if pv.cached is not None else pv.hits
+    if got:  # the first ask is the chunks' own vectors; later ones their context and sentences
         stats.update(
-            cache_hits=own_hits,
-            embedded=pv.embedded,
             chunks=n,
-            context_vectors=len(pv.present) - n,
-            context_hits=pv.hits - own_hits,
+            cache_hits=got[0].hits,
+            embedded=sum(pv.embedded for pv in got),
+            vectors=sum(len(pv.present) for pv in got),
+            vector_hits=sum(pv.hits for pv in got),
         )
-    if len(got) > 1:
-        stats.update(sentence_vectors=len(got[1].present), sentence_hits=got[1].hits)
     left = _left_to_embed(ranking, texts, options.max_chunk_chars, warnings)
     ordered = sorted(ranking.ranked, key=lambda r: (-r.score, documents[r.doc_index]["id"]))
     results = []

@@ -64,6 +64,12 @@ SENTENCE_WEIGHT = 1.0
 LINEAR_LEX_WEIGHT = 0.3
 SENTENCE_SPAN = 1
 SENTENCE_TOP_N = 40
+# A cold request (vectors missing from the cache, a time budget): the chunks may use at most
+# COLD_CHUNK_SHARE of the embedding time, then the neighbour pairs and sentences of the
+# COLD_LEADERS best chunks so far are embedded before anything else (`_leaders_first`).
+COLD_CHUNK_SHARE = 0.6  # dev halves of en/ja/pyfaq under the default budget: 0.5-0.8 tried, 0.6 best
+COLD_LEADERS = 6
+COLD_NEIGHBOUR_WEIGHT = 0.3
 WINDOW_SENTENCES = 3
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -210,22 +216,70 @@ def _with_sentences(query, texts, chunks, lexical, dense, own, valid, chunk_vect
     return dense + SENTENCE_WEIGHT * _best_unit(own, units, vecs @ query_vector, present, out.best_sentence)
 
 
-def _vectors_by_promise(chunk_vectors, chunks: list[Chunk], lexical: np.ndarray, pairs, ptexts: list[str]):
-    """(vectors, present) of the chunks then their pairs, asked for in one call in the order a
-    time budget should serve them: the chunks' own vectors before any context, each kind best
-    BM25 first (a pair by its better chunk). On a cold request only the first texts get a vector
-    in time, and in document order those were the first paragraphs, whatever the query; a text's
-    vector does not depend on what it is embedded with, so a warm request ranks the same."""
-    n = len(chunks)
-    c_order = np.argsort(-lexical, kind="stable")
-    p_order = np.asarray(
-        sorted(range(len(pairs)), key=lambda k: (-max(lexical[pairs[k][0]], lexical[pairs[k][1]]), k)), dtype=np.intp
-    )
-    asked = [chunks[i].text for i in c_order] + [ptexts[k] for k in p_order]
-    got, ok = chunk_vectors(asked)
-    where = np.concatenate([c_order, n + p_order]).astype(np.intp)
+class _Asked:
+    """The request's `chunk_vectors` callback, asked for each text's vector once: a text already
+    given is not asked again (a later stage may ask for the leaders' texts again), a missing one is
+    (a later stage may still have time for it). `share`: of the embedding time left, how much this
+    ask may use (the callback's own rule; a cache hit costs none)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.got: dict[str, np.ndarray] = {}
+        self.dim = 0
+
+    def __call__(self, texts: list[str], share: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        new = [t for t in dict.fromkeys(texts) if t not in self.got]
+        if new:
+            vecs, ok = self.fn(new, share=share)
+            self.dim = vecs.shape[1]
+            self.got.update((t, vecs[k]) for k, t in enumerate(new) if ok[k])
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        present = np.zeros(len(texts), dtype=bool)
+        for k, t in enumerate(texts):
+            v = self.got.get(t)
+            if v is not None:
+                out[k], present[k] = v, True
+        return out, present
+
+
+def _own_vectors(ask: _Asked, chunks: list[Chunk], lexical: np.ndarray, doc_count: int, share: float):
+    """(vectors, present) of the chunks, asked best first by BM25 plus COLD_NEIGHBOUR_WEIGHT x their
+    best neighbour's BM25: on a cold request only the first get a vector in time (in document
+    order those were the first paragraphs, whatever the query), and an answer that paraphrases
+    the question often sits next to the paragraph that names its topic. A text's vector does not
+    depend on what it is embedded with, so a warm request ranks the same whatever the order."""
+    promise = lexical + COLD_NEIGHBOUR_WEIGHT * _neighbour_best(chunks, lexical, doc_count)
+    order = np.argsort(-promise, kind="stable")
+    got, ok = ask([chunks[i].text for i in order], share=share)
     vecs, present = np.empty_like(got), np.empty_like(ok)
-    vecs[where], present[where] = got, ok
+    vecs[order], present[order] = got, ok
+    return vecs, present
+
+
+def _leaders_first(ask: _Asked, texts, chunks, pairs, ptexts, first: np.ndarray, valid: np.ndarray) -> None:
+    """A cold request's next texts: the neighbour pairs and sentences of the COLD_LEADERS chunks a
+    first fusion (own cosine and BM25) ranks best, leader by leader. The answer is decided among
+    the leaders, so their context is worth more than the context of a chunk that cannot win; a
+    warm request finds these in the cache and ranks as before."""
+    lead = sorted((i for i in range(len(chunks)) if valid[i]), key=lambda i: (-first[i], i))[:COLD_LEADERS]
+    if not lead:
+        return
+    by_chunk: dict[int, list[str]] = {i: [] for i in lead}
+    for k, (i, j) in enumerate(pairs):
+        for c in (i, j):
+            if c in by_chunk:
+                by_chunk[c].append(ptexts[k])
+    for i, t in sentence_units(texts, chunks, set(lead)):
+        by_chunk[i].append(t)
+    ask([t for i in lead for t in by_chunk[i]])
+
+
+def _pair_vectors(ask: _Asked, pairs, ptexts: list[str], first: np.ndarray):
+    """(vectors, present) of the neighbour pairs, a pair by its better chunk in the first fusion."""
+    order = sorted(range(len(pairs)), key=lambda k: (-max(first[pairs[k][0]], first[pairs[k][1]]), k))
+    got, ok = ask([ptexts[k] for k in order])
+    vecs, present = np.empty_like(got), np.empty_like(ok)
+    vecs[order], present[order] = got, ok
     return vecs, present
 
 
@@ -366,6 +420,29 @@ def best_window(query_terms: set[str], idf: dict[str, float], chunk: Chunk, text
     return sents[best_i][0], sents[best_i + WINDOW_SENTENCES - 1][1]
 
 
+def _dense_values(query, texts, chunks, lexical, ask: _Asked, query_vector, mode: str, out: Ranking):
+    """(dense value, has a vector) per chunk. A cold request's embedding time goes to the chunks
+    (best first by `_own_vectors`, at most COLD_CHUNK_SHARE of it), then to the leaders' context
+    and sentences, then to the other pairs and the shortlisted sentences."""
+    n = len(chunks)
+    pairs = neighbour_pairs(chunks, len(texts)) if mode != "dense" else []
+    ptexts = [pair_text(texts, chunks[i], chunks[j]) for i, j in pairs]
+    own_v, valid = _own_vectors(ask, chunks, lexical, len(texts), COLD_CHUNK_SHARE if pairs else 1.0)
+    own = own_v @ query_vector
+    dense = own
+    if pairs:
+        first = fuse_linear(lexical, own, valid)
+        if mode == "hybrid" and valid.any():
+            _leaders_first(ask, texts, chunks, pairs, ptexts, first, valid)
+        pvecs, pok = _pair_vectors(ask, pairs, ptexts, first)
+        dense = _with_context(own, pairs, pvecs @ query_vector, pok)
+        out.context_missing = [t for k, t in enumerate(ptexts) if not pok[k]]
+    out.lexical_only = [i for i in range(n) if not valid[i]]
+    if mode == "hybrid" and SENTENCE_WEIGHT > 0 and valid.any():
+        dense = _with_sentences(query, texts, chunks, lexical, dense, own, valid, ask, query_vector, out)
+    return dense, valid
+
+
 def rank(
     query: str,
     texts: list[str],
@@ -377,8 +454,9 @@ def rank(
     windows: int | None = None,
     passage: str = "chunk",
 ) -> Ranking:
-    """Rank documents `texts` for `query`. `chunk_vectors(chunk_texts)` returns (n x dim vectors,
-    bool present); None or mode "lexical" ranks lexically. mode "dense" ranks by cosine only.
+    """Rank documents `texts` for `query`. `chunk_vectors(chunk_texts, share=1.0)` returns (n x dim
+    vectors, bool present), embedding what is missing with at most `share` of the embedding time
+    left (a callback without a time budget ignores it); None or mode "lexical" ranks lexically. mode "dense" ranks by cosine only.
     `passage`: what each of the `windows` best results' window covers (pipelines.retrieve.passage
     modes, or "bare": the ranked chunk itself, as a plain chunk retriever returns it)."""
     chunks, bm25 = _index(texts, max_chunk_chars)
@@ -389,19 +467,7 @@ def rank(
     lexical = bm25.scores(q_terms)
     dense = valid = None
     if mode != "lexical" and chunk_vectors is not None and query_vector is not None:
-        n = len(chunks)
-        pairs = neighbour_pairs(chunks, len(texts)) if mode != "dense" else []
-        ptexts = [pair_text(texts, chunks[i], chunks[j]) for i, j in pairs]
-        vecs, present = _vectors_by_promise(chunk_vectors, chunks, lexical, pairs, ptexts)
-        valid = present[:n]
-        own = vecs[:n] @ query_vector
-        dense = own
-        if pairs:
-            dense = _with_context(own, pairs, vecs[n:] @ query_vector, present[n:])
-        out.lexical_only = [i for i in range(n) if not valid[i]]
-        out.context_missing = [t for k, t in enumerate(ptexts) if not present[n + k]]
-        if mode == "hybrid" and SENTENCE_WEIGHT > 0 and valid.any():
-            dense = _with_sentences(query, texts, chunks, lexical, dense, own, valid, chunk_vectors, query_vector, out)
+        dense, valid = _dense_values(query, texts, chunks, lexical, _Asked(chunk_vectors), query_vector, mode, out)
     if mode == "lexical" or dense is None or (mode == "hybrid" and valid is not None and not valid.any()):
         fused, best = (
             fuse(query, chunks, lexical, None, None, doc_count=len(texts))

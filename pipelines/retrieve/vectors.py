@@ -64,14 +64,22 @@ def passage_vectors(texts: list[str], *, deadline: float | None = None, r=None) 
     """Vectors of `texts` from the cache; the missing ones embedded (and stored) in batches while
     time.monotonic() stays under `deadline` (None: all of them). Redis trouble means no cache, not
     a failure."""
-    ttl = get_settings().retrieve_cache_ttl_s
+    s = get_settings()
+    ttl = s.retrieve_cache_ttl_s
     if r is None and ttl > 0:
         try:
             r = _redis()
         except Exception:  # noqa: BLE001 - no Redis client: no cache
             log.warning("retrieve vector cache unavailable", exc_info=True)
     got = embed_cached_until(
-        texts, "passage", embedder().model_name, r, deadline=deadline, ttl=ttl, stats_key=STATS_KEY
+        texts,
+        "passage",
+        embedder().model_name,
+        r,
+        deadline=deadline,
+        ttl=ttl,
+        stats_key=STATS_KEY,
+        parallel=s.retrieve_embed_parallel,
     )
     return PassageVectors(got.vectors, got.present, int(got.cached.sum()), got.embedded, got.cached)
 

@@ -155,19 +155,25 @@ def test_respond_async_runs_the_retrieve_as_a_job(api):
 
 
 def test_a_request_without_timeout_embeds_within_the_embedding_budget():
-    """Issue 23: a default request embeds for at most RETRIEVE_EMBED_BUDGET_MS (the rest is ranked
-    without vectors, warned about and embedded by the follow-up job); an explicit timeout_ms is the
-    caller's own budget, as before."""
+    """Issue 23: a default request embeds for RETRIEVE_EMBED_BUDGET_MS plus a little per KB, at
+    most RETRIEVE_EMBED_BUDGET_MAX_MS (the rest is ranked without vectors, warned about and embedded
+    by the follow-up job); an explicit timeout_ms is the caller's own budget, as before."""
     from api.routes.retrieve import RetrieveRequest, _options
+    from pipelines.retrieve import EMBED_MS_PER_KB, embed_budget_s
     from yana.settings import get_settings
 
     s = get_settings()
     default = _options(RetrieveRequest(query="q", documents=[{"id": "a", "text": "x"}]))
     assert default.embed_budget_ms == s.retrieve_embed_budget_ms and 0 < default.embed_budget_ms <= 1000
+    assert default.embed_budget_max_ms == s.retrieve_embed_budget_max_ms
     assert default.passage == "chunk"
+    # 20 paragraphs (8 KB) get the base budget and a little more; 510 (203 KB) the most, under 3 s.
+    assert embed_budget_s(default, 8 * 1024) == (s.retrieve_embed_budget_ms + 8 * EMBED_MS_PER_KB) / 1000
+    assert embed_budget_s(default, 203 * 1024) == s.retrieve_embed_budget_max_ms / 1000 < 3.0
     explicit = _options(
         RetrieveRequest(
             query="q", documents=[{"id": "a", "text": "x"}], options={"timeout_ms": 5000, "passage": "window"}
         )
     )
     assert explicit.embed_budget_ms is None and explicit.timeout_ms == 5000 and explicit.passage == "window"
+    assert embed_budget_s(explicit, 203 * 1024) is None  # up to the caller's timeout

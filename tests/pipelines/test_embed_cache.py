@@ -75,3 +75,29 @@ def test_a_deadline_embeds_what_fits_and_the_rest_later(redis_client):
     assert got.present.all() and got.cached.tolist() == [True, False, False] and got.embedded == 2
     again = embed_cache.embed_cached_until(texts, "passage", MODEL, redis_client, deadline=time.monotonic() + 60)
     assert again.cached.all() and again.embedded == 0 and np.array_equal(again.vectors, got.vectors)
+
+
+def test_parallel_runs_give_the_same_vectors_as_one():
+    """A cold retrieve embeds from two threads at once (RETRIEVE_EMBED_PARALLEL): the int8 encoder
+    runs each text on its own, so the vectors are the same as from one thread, row for row."""
+    int8 = embedding.get_embedder(embedding.INT8_DEFAULT_MODEL)
+    assert int8.concurrent_runs >= 1
+    texts = [f"並列の試験 その{i} " + "純米吟醸 " * (i % 5) for i in range(11)]
+    texts.append(texts[3])  # a repeat is embedded once, and both rows are filled
+    one = embed_cache.embed_cached_until(texts, "passage", int8.model_name, None, ttl=0, parallel=1)
+    two = embed_cache.embed_cached_until(
+        texts, "passage", int8.model_name, None, ttl=0, parallel=2, deadline=time.monotonic() + 120
+    )
+    assert one.present.all() and two.present.all() and two.embedded == len(texts) - 1
+    assert np.array_equal(one.vectors, two.vectors)
+
+
+def test_a_batch_under_a_deadline_is_sized_by_its_texts_lengths():
+    """The texts that fit what is left are counted by length (plus a fixed cost per text), so a
+    batch of long pair texts after a run of short sentences is not sized by the sentences' speed."""
+    short, long = "s" * 8, "p" * 1568  # a sentence; a pair of two 800-character paragraphs
+    todo = [short] * 4 + [long] * 4
+    per_short = len(short) + embed_cache._TEXT_OVERHEAD_CHARS
+    assert embed_cache._fits(todo, 0, 4 * per_short, batch=32) == 4  # the four sentences, not a pair more
+    assert embed_cache._fits(todo, 4, 4 * per_short, batch=32) == 0  # a pair costs far more than 4 sentences
+    assert embed_cache._fits(todo, 4, 10_000, batch=32) == 4 and embed_cache._fits(todo, 0, 10**9, batch=3) == 3

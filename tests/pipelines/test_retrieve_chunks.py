@@ -83,12 +83,12 @@ def test_missing_context_vectors_fall_back_to_the_chunks_own():
     qv = emb.embed_queries([query])[0]
     n = len(paragraphs)
 
-    def all_vectors(texts):
+    def all_vectors(texts, share=1.0):
         return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
 
-    def chunks_only(texts):
+    def chunks_only(texts, share=1.0):
         vecs, present = all_vectors(texts)
-        present[n:] = False
+        present[:] = [t in paragraphs for t in texts]
         return vecs, present
 
     full = R.rank(query, paragraphs, max_chunk_chars=800, chunk_vectors=all_vectors, query_vector=qv)
@@ -135,10 +135,11 @@ def _village_query():
 
 def test_sentence_evidence_lifts_the_paragraph_whose_sentence_answers(monkeypatch):
     emb, qv = _village_query()
-    calls: list[list[str]] = []
+    asked: list[str] = []
+    sentences = {t for _, t in R.sentence_units(VILLAGE, R.chunk_all(VILLAGE, 800))}
 
-    def vectors(texts):
-        calls.append(texts)
+    def vectors(texts, share=1.0):
+        asked.extend(texts)
         return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
 
     def top(ranking):
@@ -146,11 +147,12 @@ def test_sentence_evidence_lifts_the_paragraph_whose_sentence_answers(monkeypatc
 
     with_sentences = R.rank(VILLAGE_QUERY, VILLAGE, max_chunk_chars=800, chunk_vectors=vectors, query_vector=qv)
     assert top(with_sentences) == 0 and not with_sentences.sentences_missing
-    assert len(calls) == 2 and "In 1882 a rockfall in the new railway tunnel killed forty workers." in calls[1]
+    assert "In 1882 a rockfall in the new railway tunnel killed forty workers." in asked
+    assert len(asked) == len(set(asked))  # each text asked for once in a request
     monkeypatch.setattr(R, "SENTENCE_WEIGHT", 0.0)
-    calls.clear()
+    asked.clear()
     R.rank(VILLAGE_QUERY, VILLAGE, max_chunk_chars=800, chunk_vectors=vectors, query_vector=qv)
-    assert len(calls) == 1  # without the weight no sentence is embedded
+    assert asked and not sentences & set(asked)  # without the weight no sentence is embedded
 
 
 def test_sentence_evidence_changes_the_winner_when_chunk_cosines_disagree(monkeypatch):
@@ -173,7 +175,7 @@ def test_sentence_evidence_changes_the_winner_when_chunk_cosines_disagree(monkey
             return 0.5
         return 0.2
 
-    def vectors(texts):
+    def vectors(texts, share=1.0):
         out = np.zeros((len(texts), dim))
         for k, t in enumerate(texts):
             noise = rng.normal(size=dim)
@@ -196,35 +198,38 @@ def test_sentence_evidence_changes_the_winner_when_chunk_cosines_disagree(monkey
 
 def test_only_shortlisted_chunks_read_sentence_vectors_and_missing_ones_fall_back(monkeypatch):
     emb, qv = _village_query()
-    calls: list[list[str]] = []
+    units = R.sentence_units(VILLAGE, R.chunk_all(VILLAGE, 800))
+    sentences = {t for _, t in units}
+    asked: list[str] = []
 
-    def sentences_missing(texts):
-        calls.append(texts)
-        vecs = emb.embed_passages(texts)
-        return vecs, np.full(len(texts), len(calls) == 1)  # the second call (sentences): no vectors
+    def sentences_missing(texts, share=1.0):
+        asked.extend(texts)
+        return emb.embed_passages(texts), np.array([t not in sentences for t in texts])
 
     monkeypatch.setattr(R, "SENTENCE_TOP_N", 1)
+    monkeypatch.setattr(R, "COLD_LEADERS", 0)  # the shortlist alone asks for sentences
     got = R.rank(VILLAGE_QUERY, VILLAGE, max_chunk_chars=800, chunk_vectors=sentences_missing, query_vector=qv)
-    units = R.sentence_units(VILLAGE, got.chunks)
-    assert calls[1] in ([t for i, t in units if i == 0], [t for i, t in units if i == 1])  # one chunk's
-    assert got.sentences_missing == calls[1] and not got.context_missing and not got.lexical_only
+    read = [t for t in asked if t in sentences]
+    assert read in ([t for i, t in units if i == 0], [t for i, t in units if i == 1])  # one chunk's
+    assert got.sentences_missing == read and not got.context_missing and not got.lexical_only
     assert {r.doc_index for r in got.ranked} == set(range(len(VILLAGE)))
     assert all(0 <= r.score <= 1 for r in got.ranked)
 
 
 def test_a_cold_budget_embeds_the_chunks_bm25_ranks_best_first():
     """Under a time budget only the first texts asked for get a vector: they are the chunks BM25
-    ranks best (then pairs by their better chunk), not the first paragraphs of the documents."""
+    ranks best, not the first paragraphs of the documents; the chunks' ask may use only
+    COLD_CHUNK_SHARE of the time, so some is left for the leaders' context."""
     from pipelines.embedding.backends import get_embedder
 
     emb = get_embedder(None)
     filler = [f"Paragraph {k} is about the weather in a town with {k} bakeries and a market." for k in range(12)]
     docs = [*filler, "The tunnel collapse of 1882 killed forty railway workers.", "Railway tunnels are costly."]
     query = "How many workers died when the railway tunnel collapsed?"
-    asked: list[list[str]] = []
+    asked: list[tuple[list[str], float]] = []
 
-    def two_in_time(texts):  # a budget that covers two texts
-        asked.append(texts)
+    def two_in_time(texts, share=1.0):  # a budget that covers two texts
+        asked.append((texts, share))
         present = np.zeros(len(texts), dtype=bool)
         present[:2] = len(asked) == 1
         vecs = np.zeros((len(texts), emb.dim), dtype=np.float32)
@@ -235,8 +240,41 @@ def test_a_cold_budget_embeds_the_chunks_bm25_ranks_best_first():
         query, docs, max_chunk_chars=800, chunk_vectors=two_in_time, query_vector=emb.embed_queries([query])[0]
     )
     n = len(ranking.chunks)
-    assert asked[0][:2] == [docs[12], docs[13]]  # the two chunks with the query's terms
-    assert sorted(asked[0][:n]) == sorted(c.text for c in ranking.chunks)  # then every other chunk, then pairs
+    chunks, share = asked[0]
+    assert chunks[:2] == [docs[12], docs[13]] and share == R.COLD_CHUNK_SHARE  # the chunks with the query's terms
+    assert sorted(chunks) == sorted(c.text for c in ranking.chunks)  # then every other chunk
     assert set(ranking.lexical_only) == set(range(n)) - {12, 13}
-    assert ranking.context_missing == R.vector_texts(docs, 800)[n : n + len(ranking.context_missing)]
-    assert max(ranking.ranked, key=lambda r: r.score).doc_index == 12
+
+
+def test_a_cold_request_embeds_the_leaders_context_before_other_pairs(monkeypatch):
+    """After the chunks, a cold request asks for the neighbour pairs and sentences of the chunks a
+    first fusion ranks best, leader by leader, before the pairs of chunks that cannot win; a warm
+    request (every vector there) ranks exactly as when asked in one go."""
+    emb, qv = _village_query()
+    filler = [f"Paragraph {k} is about the weather in a town with {k} bakeries." for k in range(8)]
+    docs = [*filler, *VILLAGE]
+    asked: list[list[str]] = []
+
+    def vectors(texts, share=1.0):
+        asked.append(texts)
+        return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
+
+    monkeypatch.setattr(R, "COLD_LEADERS", 1)
+    led = R.rank(VILLAGE_QUERY, docs, max_chunk_chars=800, chunk_vectors=vectors, query_vector=qv)
+    chunks = led.chunks
+    own = emb.embed_passages([c.text for c in chunks]) @ qv
+    lexical = R._index(docs, 800)[1].scores(R.T.terms(VILLAGE_QUERY))
+    first = R.fuse_linear(lexical, own, np.ones(len(chunks), dtype=bool))
+    lead = int(np.argmax(first))
+    pairs = R.neighbour_pairs(chunks, len(docs))
+    lead_pairs = {R.pair_text(docs, chunks[i], chunks[j]) for i, j in pairs if lead in (i, j)}
+    lead_sentences = {t for _, t in R.sentence_units(docs, chunks, {lead})}
+    assert set(asked[1]) == lead_pairs | lead_sentences  # the leader's context, nothing else, second
+    assert all(t not in asked[1] for t in asked[2])  # the other pairs after, each text asked once
+
+    def one_go(texts, share=1.0):
+        return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
+
+    monkeypatch.setattr(R, "COLD_LEADERS", 0)
+    plain = R.rank(VILLAGE_QUERY, docs, max_chunk_chars=800, chunk_vectors=one_go, query_vector=qv)
+    assert [(r.doc_index, r.score) for r in plain.ranked] == [(r.doc_index, r.score) for r in led.ranked]
