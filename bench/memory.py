@@ -155,10 +155,10 @@ def deferred_reads(data: Path) -> int:
     """Labels of this `yana up` whose deferred read has not been done yet (its up.env names Redis)."""
     import redis
 
+    from cli.main import read_up_env
     from pipelines.ingest.keys import DEFERRED_READS_KEY
 
-    env = dict(line.split("=", 1) for line in (data / "up.env").read_text().splitlines() if "=" in line)
-    with redis.Redis.from_url(env["REDIS_URL"], socket_timeout=5) as r:
+    with redis.Redis.from_url(read_up_env(data)["REDIS_URL"], socket_timeout=5) as r:
         return int(r.zcard(DEFERRED_READS_KEY))
 
 

@@ -84,16 +84,24 @@ def _warn_insecure_secret(host: str | None) -> None:
         console.print(f"[bold red]WARNING:[/] {warning}")
 
 
-def _load_up_env() -> None:
-    """A command run beside `yana up` finds its services without configuration; explicit
-    environment variables always win."""
-    path = Path(os.environ.get("DATA_DIR", "./data")) / UP_ENV
+def read_up_env(data_dir: Path) -> dict[str, str]:
+    """The service addresses `yana up` wrote to DATA_DIR/up.env (empty when it has not run there)."""
+    path = data_dir / UP_ENV
     if not path.is_file():
-        return
+        return {}
+    out = {}
     for line in path.read_text().splitlines():
         key, sep, value = line.partition("=")
         if sep:
-            os.environ.setdefault(key.strip(), value.strip())
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _load_up_env() -> None:
+    """A command run beside `yana up` finds its services without configuration; explicit
+    environment variables always win."""
+    for key, value in read_up_env(Path(os.environ.get("DATA_DIR", "./data"))).items():
+        os.environ.setdefault(key, value)
 
 
 @app.command()
