@@ -393,7 +393,8 @@ class OnnxE5Embedder:
         self.threads = max(1, threads)
         # onnxruntime runs a session from several threads at once; at most as many runs as there
         # are cores for them (each uses `threads`), so concurrent callers never oversubscribe.
-        self.concurrent_runs = max(1, len(os.sched_getaffinity(0)) // self.threads)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.concurrent_runs = max(1, cores // self.threads)
         self._runs = threading.BoundedSemaphore(self.concurrent_runs)
         self.path = path
 
