@@ -40,7 +40,6 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
 from cli.api_link import ApiLink  # noqa: E402
 from pipelines.embedding.backends import get_embedder, resolve_default_model  # noqa: E402
 from pipelines.labels import schema as labels  # noqa: E402

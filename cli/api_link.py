@@ -179,7 +179,7 @@ class ApiLink:
             if self.slow_answers == 1:  # once per command: a starved machine says it on every request
                 self.say(
                     f"[yellow]API {escape(self.url)} ran past its time limit on {method} {escape(path)} (408); "
-                    f"sending again (safe: same request, same Idempotency-Key) for up to {self.reconnect_s:.0f} s[/]"
+                    f"sending again (safe: a read, or the same Idempotency-Key) for up to {self.reconnect_s:.0f} s[/]"
                 )
 
     def last_retried(self) -> bool:

@@ -249,11 +249,7 @@ def _own_vectors(ask: _Asked, chunks: list[Chunk], lexical: np.ndarray, doc_coun
     the question often sits next to the paragraph that names its topic. A text's vector does not
     depend on what it is embedded with, so a warm request ranks the same whatever the order."""
     promise = lexical + COLD_NEIGHBOUR_WEIGHT * _neighbour_best(chunks, lexical, doc_count)
-    order = np.argsort(-promise, kind="stable")
-    got, ok = ask([chunks[i].text for i in order], share=share)
-    vecs, present = np.empty_like(got), np.empty_like(ok)
-    vecs[order], present[order] = got, ok
-    return vecs, present
+    return _ask_in_order(ask, [c.text for c in chunks], np.argsort(-promise, kind="stable"), share)
 
 
 def _leaders_first(ask: _Asked, texts, chunks, pairs, ptexts, first: np.ndarray, valid: np.ndarray) -> None:
@@ -277,7 +273,13 @@ def _leaders_first(ask: _Asked, texts, chunks, pairs, ptexts, first: np.ndarray,
 def _pair_vectors(ask: _Asked, pairs, ptexts: list[str], first: np.ndarray):
     """(vectors, present) of the neighbour pairs, a pair by its better chunk in the first fusion."""
     order = sorted(range(len(pairs)), key=lambda k: (-max(first[pairs[k][0]], first[pairs[k][1]]), k))
-    got, ok = ask([ptexts[k] for k in order])
+    return _ask_in_order(ask, ptexts, np.asarray(order, dtype=np.intp))
+
+
+def _ask_in_order(ask: _Asked, texts: list[str], order: np.ndarray, share: float = 1.0):
+    """(vectors, present) of `texts`, in their own order, asked for in `order` (the order a time
+    budget serves them in)."""
+    got, ok = ask([texts[i] for i in order], share=share)
     vecs, present = np.empty_like(got), np.empty_like(ok)
     vecs[order], present[order] = got, ok
     return vecs, present
@@ -456,7 +458,8 @@ def rank(
 ) -> Ranking:
     """Rank documents `texts` for `query`. `chunk_vectors(chunk_texts, share=1.0)` returns (n x dim
     vectors, bool present), embedding what is missing with at most `share` of the embedding time
-    left (a callback without a time budget ignores it); None or mode "lexical" ranks lexically. mode "dense" ranks by cosine only.
+    left (a callback without a time budget ignores it); None or mode "lexical" ranks lexically.
+    mode "dense" ranks by cosine only.
     `passage`: what each of the `windows` best results' window covers (pipelines.retrieve.passage
     modes, or "bare": the ranked chunk itself, as a plain chunk retriever returns it)."""
     chunks, bm25 = _index(texts, max_chunk_chars)
