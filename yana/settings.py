@@ -182,6 +182,11 @@ class Settings(BaseSettings):
     # Texts a request embeds at once, each run on its own core (the int8 ONNX encoder only; at most
     # the cores over EMBED_THREADS): a cold request embeds about 1.7x as many texts in its budget.
     retrieve_embed_parallel: int = 2
+    # Follow-up embedding jobs (what cold requests left unembedded) in flight at once; at the cap a
+    # cold request queues none and says so. 1 on the 2-core target: each job is about a minute of a
+    # core, and piled-up jobs take the cores from the next cold request (~40 % fewer texts embedded
+    # in its budget) and queue ahead of respond-async retrieves. 0: no follow-up jobs.
+    retrieve_embed_jobs_max: int = Field(default=1, ge=0)
     # Over either cap the whole retrieve runs as a job (202), as with `Prefer: respond-async`.
     retrieve_max_sync_bytes: int = 5 * 1024 * 1024
     retrieve_max_sync_chunks: int = 5000

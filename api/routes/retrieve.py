@@ -2,7 +2,8 @@
 
 The seed's request and response, unchanged for its clients, plus fields they may ignore: `path`
 (which path answered: "extractor", or "llm" for the LLM + REPL loop when OPENAI_BASE_URL is set), `run_id`, `stats`, `embed_job_id` (the job warming the vector
-cache when chunks were not embedded within `options.timeout_ms`). Errors use the contract's body:
+cache when chunks were not embedded within `options.timeout_ms`; null when RETRIEVE_EMBED_JOBS_MAX
+such jobs are already running). Errors use the contract's body:
 400 malformed JSON or documents missing/empty, 422 other schema violations (empty query, wrong
 types), 500 with trace_id.
 
@@ -27,7 +28,7 @@ from api.contract.policy import AGENT_RATE, contract
 from api.jobs_common import JobAccepted, accept_job
 from api.schemas import ERRORS, Envelope
 from pipelines import retrieve as P
-from pipelines.retrieve.vectors import claim_embed_job
+from pipelines.retrieve.vectors import EmbedJobClaim, claim_embed_job
 from yana import context
 from yana.clients import get_redis
 from yana.errors import ErrorCode, YanaError
@@ -36,7 +37,6 @@ from yana.settings import get_settings
 router = APIRouter(prefix="/v1", tags=["retrieve"], route_class=ContractRoute)
 
 QUERY_MAX_CHARS = 4000
-EMBED_JOB_GUARD_S = 600  # one follow-up embedding job per distinct chunk set in this window
 
 
 class RetrieveDocument(BaseModel):
@@ -56,7 +56,7 @@ class RetrieveOptions(BaseModel):
         description="time budget for embedding (capped by RETRIEVE_TIMEOUT_MAX_MS); when absent a request embeds"
         " for RETRIEVE_EMBED_BUDGET_MS plus 8 ms per KB of documents, at most RETRIEVE_EMBED_BUDGET_MAX_MS, and ranks"
         " what is left without vectors (`warnings` says so)"
-        " while a follow-up job embeds it for the next request",
+        " while a follow-up job embeds it for the next request (none when RETRIEVE_EMBED_JOBS_MAX are running)",
     )
     mode: Literal["auto", "extractor"] = Field(
         "auto",
@@ -105,7 +105,11 @@ class RetrieveResponse(Envelope):
     results: list[RetrieveResult]
     warnings: list[str]
     path: str = Field(description="which path answered: extractor or llm")
-    embed_job_id: str | None = Field(None, description="job embedding the chunks left lexical-only")
+    embed_job_id: str | None = Field(
+        None,
+        description="job embedding the chunks left lexical-only; null when none was queued"
+        " (RETRIEVE_EMBED_JOBS_MAX follow-up jobs already running: `warnings` says so)",
+    )
     stats: dict = Field(default_factory=dict)
 
 
@@ -134,20 +138,28 @@ def _wants_async(request: Request) -> bool:
     return any(p.strip().split(";")[0].strip() == "respond-async" for p in prefer.split(","))
 
 
-def _enqueue_embedding(texts: list[str]) -> str | None:
-    """One follow-up job per distinct set of chunks left unembedded (others in flight skip it)."""
+def _enqueue_embedding(texts: list[str]) -> EmbedJobClaim:
+    """One follow-up job per distinct set of chunks left unembedded, at most RETRIEVE_EMBED_JOBS_MAX
+    in flight (requests over a set whose job is in flight get its id)."""
     return claim_embed_job(
-        get_redis(), texts, EMBED_JOB_GUARD_S, lambda: accept_job("retrieve.embed", {"texts": texts})["job_id"]
+        get_redis(),
+        texts,
+        lambda: accept_job("retrieve.embed", {"texts": texts})["job_id"],
+        cap=get_settings().retrieve_embed_jobs_max,
     )
 
 
 def _sync(req: RetrieveRequest, docs: list[dict], opts: P.Options, deadline: float) -> dict:
     out = P.retrieve(req.query, docs, opts, deadline=deadline)
-    embed_job_id = _enqueue_embedding(out.lexical_only_texts) if out.lexical_only_texts else None
+    warnings, embed_job_id = out.warnings, None
+    if out.lexical_only_texts:
+        claim = _enqueue_embedding(out.lexical_only_texts)
+        warnings.append(P.follow_up_warning(claim, get_settings().retrieve_embed_jobs_max))
+        embed_job_id = claim.job_id  # None when skipped
     return {
         **context.body_ids(),
         "results": out.results,
-        "warnings": out.warnings,
+        "warnings": warnings,
         "path": out.path,
         "embed_job_id": embed_job_id,
         "stats": out.stats,

@@ -17,7 +17,7 @@ import numpy as np
 
 from pipelines.retrieve import passage as PS
 from pipelines.retrieve import rank as R
-from pipelines.retrieve.vectors import passage_vectors, query_vector
+from pipelines.retrieve.vectors import SKIPPED, EmbedJobClaim, passage_vectors, query_vector, release_embed_job
 
 log = logging.getLogger("yana.retrieve")
 
@@ -75,28 +75,43 @@ def chunk_count(documents: list[dict], max_chunk_chars: int) -> int:
 
 
 def _left_to_embed(ranking: R.Ranking, texts: list[str], max_chunk_chars: int, warnings: list[str]) -> list[str]:
-    """The texts a follow-up job embeds when some vectors were missing (a warning for each kind)."""
+    """The texts a follow-up job embeds when some vectors were missing (a warning for each kind;
+    whether a job embeds them is the caller's to say: `follow_up_warning`)."""
     n = len(ranking.chunks)
     left = [ranking.chunks[i].text for i in ranking.lexical_only]
     if left:
         warnings.append(
-            f"{len(left)} of {n} chunks were not embedded within the time budget"
-            " and were ranked lexically only; they are being embedded for the next request"
+            f"{len(left)} of {n} chunks were not embedded within the time budget and were ranked lexically only"
         )
     if ranking.context_missing:
         warnings.append(
             f"{len(ranking.context_missing)} neighbouring-context vectors were not embedded within the time"
-            " budget; those chunks were ranked without their context; they are being embedded for the next request"
+            " budget; those chunks were ranked without their context"
         )
     if ranking.sentences_missing:
         warnings.append(
             f"{len(ranking.sentences_missing)} sentence vectors were not embedded within the time budget; those"
-            " chunks were ranked without their sentence evidence; they are being embedded for the next request"
+            " chunks were ranked without their sentence evidence"
         )
     if left or ranking.context_missing or ranking.sentences_missing:
         # every pair and sentence (a superset of those missing): the next query may shortlist other chunks
         left += R.vector_texts(texts, max_chunk_chars)[n:]
     return list(dict.fromkeys(left))
+
+
+def follow_up_warning(claim: EmbedJobClaim, cap: int) -> str:
+    """The closing warning of an answer that lacked vectors: whether a follow-up job embeds the rest."""
+    if claim.status != SKIPPED:
+        return "the texts not embedded in time are being embedded for the next request"
+    why = (
+        "follow-up jobs are off (RETRIEVE_EMBED_JOBS_MAX=0)"
+        if cap <= 0
+        else f"{claim.running} already running, the cap (RETRIEVE_EMBED_JOBS_MAX={cap})"
+    )
+    return (
+        f"no follow-up embedding job was queued for the texts not embedded in time: {why};"
+        " the next request over these documents may again be partly lexical"
+    )
 
 
 def retrieve_inline(query: str, documents: list[dict], options: Options, *, deadline: float | None = None) -> Outcome:
@@ -248,15 +263,24 @@ def retrieve(
 
 
 def embed_chunk_texts(texts: list[str], progress=None) -> dict:
-    """Embed (and cache) chunk texts in batches; the follow-up of a request that ran out of time."""
+    """Embed (and cache) chunk texts in batches; the follow-up of a request that ran out of time.
+    However it ends, its place among the follow-up jobs in flight (RETRIEVE_EMBED_JOBS_MAX) is freed."""
     done = 0
     batch = 64
-    for s in range(0, len(texts), batch):
-        part = texts[s : s + batch]
-        passage_vectors(part, deadline=None)
-        done += len(part)
-        if progress is not None:
-            progress("embed", done, len(texts))
+    try:
+        for s in range(0, len(texts), batch):
+            part = texts[s : s + batch]
+            passage_vectors(part, deadline=None)
+            done += len(part)
+            if progress is not None:
+                progress("embed", done, len(texts))
+    finally:
+        from yana.clients import get_redis
+
+        try:
+            release_embed_job(get_redis(), texts)
+        except Exception:  # noqa: BLE001 - Redis gone: the next claim prunes the member after the window
+            log.warning("could not free the follow-up embedding job's place", exc_info=True)
     return {"embedded": done}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,17 +23,72 @@ log = logging.getLogger("yana.retrieve.vectors")
 
 STATS_KEY = "yana:retrieve:emb:stats"  # hash: hits / misses / embedded (for the bench's hit ratio)
 EMBED_JOB_KEY = "yana:retrieve:embedjob:{digest}"  # the follow-up job embedding one set of chunks
+# zset: digest of each text set whose follow-up job is in flight -> its start time (epoch seconds).
+# The job removes its member when it ends; members older than EMBED_JOB_GUARD_S (a killed worker's)
+# are pruned by the next claim.
+EMBED_JOBS_IN_FLIGHT_KEY = "yana:retrieve:embedjobs"
+EMBED_JOB_GUARD_S = 600  # one follow-up embedding job per distinct chunk set in this window
+
+QUEUED, IN_FLIGHT, SKIPPED = "queued", "in_flight", "skipped"
+
+# KEYS: in-flight zset, guard, guard's job id. ARGV: digest, now, guard window (s), cap.
+# Prune stale members; a set whose guard is there gets its job id; at the cap nothing is set;
+# else the guard and the member are set together, so API processes racing count the same jobs.
+_CLAIM = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'in_flight', redis.call('GET', KEYS[3]), redis.call('ZCARD', KEYS[1])}
+end
+local running = redis.call('ZCARD', KEYS[1])
+if running >= tonumber(ARGV[4]) then
+  return {'skipped', false, running}
+end
+redis.call('SET', KEYS[2], '1', 'EX', ARGV[3])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return {'queued', false, running + 1}
+"""
 
 
-def claim_embed_job(r, texts: list[str], ttl_s: int, start) -> str | None:
-    """One follow-up embedding job per distinct set of chunks: the first caller starts it
-    (`start()` returns its job id); callers while it is in flight get that id (None until known)."""
-    guard = EMBED_JOB_KEY.format(digest=hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest())
-    if not r.set(guard, "1", nx=True, ex=ttl_s):
-        return r.get(f"{guard}:id")
-    job_id = start()
-    r.set(f"{guard}:id", job_id, ex=ttl_s)
-    return job_id
+@dataclass
+class EmbedJobClaim:
+    status: str  # QUEUED (this call started it), IN_FLIGHT (started for this set before), SKIPPED (at the cap)
+    job_id: str | None  # None when skipped, or in flight before its id is known
+    running: int  # follow-up jobs in flight after this claim (the cap's count)
+
+
+def texts_digest(texts: list[str]) -> str:
+    """The id of a set of texts in EMBED_JOB_KEY and EMBED_JOBS_IN_FLIGHT_KEY (claim and job agree)."""
+    return hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+
+
+def claim_embed_job(r, texts: list[str], start, *, cap: int, window_s: int = EMBED_JOB_GUARD_S) -> EmbedJobClaim:
+    """One follow-up embedding job per distinct set of chunks, at most `cap` in flight at once: the
+    first caller under the cap starts it (`start()` returns its job id); callers while it is in
+    flight (or within `window_s` of its start) get that id; at the cap none is started."""
+    digest = texts_digest(texts)
+    guard = EMBED_JOB_KEY.format(digest=digest)
+    status, job_id, running = r.eval(
+        _CLAIM, 3, EMBED_JOBS_IN_FLIGHT_KEY, guard, f"{guard}:id", digest, time.time(), window_s, cap
+    )
+    status = status.decode() if isinstance(status, bytes) else status
+    if isinstance(job_id, bytes):
+        job_id = job_id.decode()
+    if status != QUEUED:
+        return EmbedJobClaim(status, job_id or None, int(running))
+    try:
+        job_id = start()
+    except BaseException:
+        release_embed_job(r, texts)  # no job will end to free its place
+        r.delete(guard)
+        raise
+    r.set(f"{guard}:id", job_id, ex=window_s)
+    return EmbedJobClaim(QUEUED, job_id, int(running))
+
+
+def release_embed_job(r, texts: list[str]) -> None:
+    """A follow-up job over `texts` ended: its place under the cap is free (the guard stays, so
+    the same set is not embedded again within the window)."""
+    r.zrem(EMBED_JOBS_IN_FLIGHT_KEY, texts_digest(texts))
 
 
 def text_key(model: str, text: str) -> str:

@@ -3,11 +3,15 @@ the cold time budget with its follow-up job, and respond-async jobs."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 
 import httpx
 
-from tests.stack import wait_job
+from pipelines.retrieve.vectors import EMBED_JOB_GUARD_S, EMBED_JOBS_IN_FLIGHT_KEY, texts_digest
+from pipelines.runtime.jobs import job_key
+from tests.stack import wait_for, wait_job
 
 JA_DOC = "日本酒の歴史は古い。小樽の酒蔵は明治に始まった。\n\n🍣と🍶はよく合う。北海道の米で造る酒は軽やかだ。"
 DOCS = [
@@ -124,7 +128,13 @@ def test_errors(api):
     _error(_post(api, {"query": "x", "documents": [{"text": "no id"}]}), 400, "BAD_REQUEST")
 
 
-def test_cache_is_shared_by_api_processes_and_cold_requests_stay_in_budget(api, stack):
+def _no_follow_up_jobs_in_flight(redis_client) -> None:
+    """Follow-up jobs of earlier tests' cold requests have ended (the stack's cap is 1)."""
+    wait_for(lambda: redis_client.zcard(EMBED_JOBS_IN_FLIGHT_KEY) == 0, timeout_s=120, what="follow-up jobs to end")
+
+
+def test_cache_is_shared_by_api_processes_and_cold_requests_stay_in_budget(api, stack, redis_client):
+    _no_follow_up_jobs_in_flight(redis_client)
     docs = _fresh(DOCS)
     # Cold, with a budget too small to embed anything: lexical ranking, a warning, a follow-up job.
     cold = _post(api, {"query": "why does the tide rise", "documents": docs, "options": {"timeout_ms": 1}})
@@ -132,6 +142,7 @@ def test_cache_is_shared_by_api_processes_and_cold_requests_stay_in_budget(api, 
     cb = cold.json()
     assert cb["results"][0]["doc_id"] == "b-tides"
     assert any("lexically only" in w for w in cb["warnings"]) and cb["embed_job_id"]
+    assert any("being embedded for the next request" in w for w in cb["warnings"])
     job = wait_job(api, cb["embed_job_id"], timeout_s=120)
     assert job["status"] == "succeeded", job
     # Warm, on a second API process: every chunk comes from the shared Redis cache.
@@ -142,6 +153,42 @@ def test_cache_is_shared_by_api_processes_and_cold_requests_stay_in_budget(api, 
     assert warm["stats"]["embedded"] == 0 and warm["embed_job_id"] is None
     assert not any("lexically only" in w for w in warm["warnings"])
     assert warm["results"][0]["doc_id"] == "b-tides"
+
+
+def _cold(api: httpx.Client) -> dict:
+    r = _post(api, {"query": "why does the tide rise", "documents": _fresh(DOCS), "options": {"timeout_ms": 1}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["results"][0]["doc_id"] == "b-tides" and any("lexically only" in w for w in body["warnings"])
+    return body
+
+
+NOT_QUEUED = "no follow-up embedding job was queued"
+
+
+def test_follow_up_jobs_are_capped_and_a_stale_one_is_pruned(api, redis_client):
+    """The stack runs with RETRIEVE_EMBED_JOBS_MAX=1: a job in flight (planted) means a cold request
+    queues none and says so; one older than the guard window (a killed worker's) is pruned."""
+    _no_follow_up_jobs_in_flight(redis_client)
+    planted = f"planted-{uuid.uuid4().hex}"
+    redis_client.zadd(EMBED_JOBS_IN_FLIGHT_KEY, {planted: time.time()})
+    try:
+        capped = _cold(api)
+    finally:
+        redis_client.zrem(EMBED_JOBS_IN_FLIGHT_KEY, planted)
+    assert capped["embed_job_id"] is None
+    assert any(NOT_QUEUED in w and "RETRIEVE_EMBED_JOBS_MAX=1" in w for w in capped["warnings"]), capped["warnings"]
+    assert not any("being embedded for the next request" in w for w in capped["warnings"])
+
+    redis_client.zadd(EMBED_JOBS_IN_FLIGHT_KEY, {planted: time.time() - EMBED_JOB_GUARD_S - 5})
+    cold = _cold(api)
+    assert redis_client.zscore(EMBED_JOBS_IN_FLIGHT_KEY, planted) is None
+    assert cold["embed_job_id"] and not any(NOT_QUEUED in w for w in cold["warnings"])
+    assert any("being embedded for the next request" in w for w in cold["warnings"])
+    texts = json.loads(redis_client.hget(job_key(cold["embed_job_id"]), "params"))["texts"]
+    job = wait_job(api, cold["embed_job_id"], timeout_s=120)
+    assert job["status"] == "succeeded", job
+    assert redis_client.zscore(EMBED_JOBS_IN_FLIGHT_KEY, texts_digest(texts)) is None  # the job freed its place
 
 
 def test_respond_async_runs_the_retrieve_as_a_job(api):
