@@ -7,6 +7,7 @@ the texts a cold request embedded, and the next request after the follow-up job;
 HTTP floor; the load average beside the numbers.
 
     .venv/bin/python bench/retrieve_latency.py [--quick] [--sizes 20,510] [--warm 40] [--cold 20]
+        [--embed-jobs-max N] [--worker-concurrency N]
 
 Documents are the eval sets' paragraphs (bench/evalsets/retrieve/*/corpus.jsonl, in file order),
 one document each; the queries are the questions answered inside the first N paragraphs (all
@@ -14,6 +15,11 @@ questions, cycled, when fewer). The warm cache is filled before timing: from ben
 computed by bench/retrieve_eval.py with the same model) or by embedding. Issue 23's bars: cold p95
 <= 1.5 s for 20 paragraphs and <= 3 s for 510, hit@3 within 1 point of warm
 (bench/retrieve_eval.py --cold default gives the cold answers' quality over whole sets).
+
+Cold requests are sent back to back, so the follow-up jobs of earlier ones share the cores with
+the next; `--embed-jobs-max` sets RETRIEVE_EMBED_JOBS_MAX (follow-up jobs in flight at once) in the
+stack's API, e.g. the default 1 against 1000 (no cap) in the same session; `--worker-concurrency`
+the worker's pool (1 by default; `yana up` on 2 cores runs 2, so two follow-up jobs at once).
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ def run_size(api, stack, corpus: list[dict], questions: list[dict], n: int, warm
     qs = [q for q in questions if set(q["answer_ids"]) <= ids] or questions
     _warm_cache(stack, docs, 800)
     _post(api, "warm up", docs)  # model load, index
-    warm, cold, cold_hit, warm_hit, embedded, lacking = [], [], [], [], [], []
+    warm, cold, cold_hit, warm_hit, embedded, lacking, not_queued = [], [], [], [], [], [], []
     for i in range(warm_n):
         ms, _ = _post(api, qs[i % len(qs)]["question"], docs)
         warm.append(ms)
@@ -106,6 +112,7 @@ def run_size(api, stack, corpus: list[dict], questions: list[dict], n: int, warm
         warm_hit.append(_hit3(_post(api, q["question"], docs)[1], gold))
         embedded.append(body.get("stats", {}).get("embedded", 0))
         lacking.append(any("were not embedded" in w or "not embedded within" in w for w in body["warnings"]))
+        not_queued.append(any("no follow-up embedding job was queued" in w for w in body["warnings"]))
         if follow is None and body.get("embed_job_id"):
             from tests.stack import wait_job
 
@@ -121,6 +128,7 @@ def run_size(api, stack, corpus: list[dict], questions: list[dict], n: int, warm
         "warm_hit3": sum(warm_hit) / max(1, len(warm_hit)),
         "embedded": embedded,
         "lacking": sum(lacking),
+        "not_queued": sum(not_queued),
         "follow": follow,
         "load": os.getloadavg(),
     }
@@ -132,6 +140,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="20,510", help="comma-separated numbers of paragraphs")
     ap.add_argument("--warm", type=int, default=40)
     ap.add_argument("--cold", type=int, default=20)
+    ap.add_argument(
+        "--embed-jobs-max",
+        type=int,
+        default=None,
+        help="RETRIEVE_EMBED_JOBS_MAX for the stack's API (default: the setting as configured)",
+    )
+    ap.add_argument("--worker-concurrency", type=int, default=1, help="the stack worker's pool processes")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.warm, args.cold = "20", 4, 2
@@ -142,8 +157,12 @@ def main() -> None:
 
     out = []
     with tempfile.TemporaryDirectory(prefix="yana-retrieve-bench-") as tmp:
-        stack = start_stack(Path(tmp), chroma=False, SEARCH_WARM_ON_START="false")
+        env = {"SEARCH_WARM_ON_START": "false"}
+        if args.embed_jobs_max is not None:
+            env["RETRIEVE_EMBED_JOBS_MAX"] = str(args.embed_jobs_max)
+        stack = start_stack(Path(tmp), chroma=False, worker=False, **env)
         try:
+            stack.start_worker(concurrency=args.worker_concurrency)
             with httpx.Client(base_url=stack.api_url, timeout=120) as api:
                 health = []
                 for _ in range(max(4, args.warm)):
@@ -157,10 +176,12 @@ def main() -> None:
     from yana.settings import get_settings
 
     s = get_settings()
+    jobs_max = s.retrieve_embed_jobs_max if args.embed_jobs_max is None else args.embed_jobs_max
     print(
         f"GET /v1/health (floor): p50 {pct(health, 50):.1f} ms; RETRIEVE_EMBED_BUDGET_MS {s.retrieve_embed_budget_ms}"
         f" (+8 ms a KB, at most RETRIEVE_EMBED_BUDGET_MAX_MS {s.retrieve_embed_budget_max_ms});"
-        f" RETRIEVE_EMBED_PARALLEL {s.retrieve_embed_parallel}"
+        f" RETRIEVE_EMBED_PARALLEL {s.retrieve_embed_parallel}; RETRIEVE_EMBED_JOBS_MAX {jobs_max};"
+        f" worker pool {args.worker_concurrency}"
     )
     print(
         f"{'paragraphs':>10} {'KB':>5} {'request':<6} {'n':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}"
@@ -177,7 +198,8 @@ def main() -> None:
         print(
             f"{'':>10} cold answers lacking vectors (warned): {k['lacking']}/{len(k['cold'])}; texts embedded"
             f" within the budget: {k['embedded']}; hit@3 cold {k['cold_hit3']:.3f} vs warm {k['warm_hit3']:.3f}"
-            f" on the same questions ({k['cold_hit3'] - k['warm_hit3']:+.3f})"
+            f" on the same questions ({k['cold_hit3'] - k['warm_hit3']:+.3f}); no follow-up job queued (at the"
+            f" cap): {k['not_queued']}/{len(k['cold'])}"
         )
         if k["follow"]:
             ms2, still, hit = k["follow"]
