@@ -287,7 +287,9 @@ def embed_chunk_texts(texts: list[str], progress=None) -> dict:
 def run_retrieve_job(ctx, query: str, documents: list[dict], options: dict) -> dict:
     """A whole retrieve as a job (large request or `Prefer: respond-async`): no time budget, every
     chunk embedded, the response body as the job's result."""
-    opts = Options(**options)
+    # The request's embedding budget (the route's cold-request default) is the synchronous
+    # answer's; a job has time for every vector.
+    opts = Options(**{**options, "embed_budget_ms": None, "embed_budget_max_ms": None})
     if ctx is not None:
         ctx.progress("retrieve", 0, 1)
     out = retrieve(query, documents, opts, deadline=float("inf"), job=True)

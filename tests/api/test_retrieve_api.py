@@ -201,6 +201,16 @@ def test_respond_async_runs_the_retrieve_as_a_job(api):
     assert not any("lexically only" in w for w in result["warnings"])
 
 
+def test_a_retrieve_job_embeds_every_chunk_whatever_the_request_budget(stack):
+    # the route hands the job its options, the cold-request embedding budget included
+    from pipelines.retrieve import run_retrieve_job
+
+    options = {"embed_budget_ms": 0, "embed_budget_max_ms": 0}
+    result = run_retrieve_job(None, "flour prices", _fresh(DOCS), options)
+    assert result["results"][0]["doc_id"] == "c-bread"
+    assert not any("time budget" in w for w in result["warnings"]), result["warnings"]
+
+
 def test_a_request_without_timeout_embeds_within_the_embedding_budget():
     """Issue 23: a default request embeds for RETRIEVE_EMBED_BUDGET_MS plus a little per KB, at
     most RETRIEVE_EMBED_BUDGET_MAX_MS (the rest is ranked without vectors, warned about and embedded
