@@ -17,10 +17,10 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
-from openai import AsyncOpenAI
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 SYSTEM_PROMPT = (
     "あなたは「澄ヶ瀬やな」。日本酒とジュースのラベルに詳しい、関西弁で話す明るく親しみやすい案内役です。\n"
@@ -42,6 +42,14 @@ RAG_DOWN_NOTE = "（いまラベル帳を調べられません。具体的な銘
 RAG_OFF_NOTE = "（今回はラベル帳を使いません。具体的な銘柄の事実は言い切らないでください。）"
 
 _FIELD_MAX = 160
+
+
+def _sdk():
+    """The OpenAI SDK, imported when a ChatLLM is made (an LLM is configured): the embedded default
+    never calls one, and the SDK costs the API ~20 MB and ~0.5 s of imports."""
+    import openai
+
+    return openai
 
 
 def _field(value) -> str:
@@ -132,17 +140,19 @@ class ChatLLM:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        _sdk()  # imported now (when the app builds its dependencies), not inside a turn's budget
 
     def client(self) -> AsyncOpenAI:
         loop = asyncio.get_running_loop()
         c = self._clients.get(loop)
         if c is None:
-            c = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0)
+            c = _sdk().AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0)
             self._clients[loop] = c
         return c
 
     async def complete(self, messages: list[dict], timeout_s: float) -> LLMOutcome:
         started = time.perf_counter()
+        openai = _sdk()
 
         def done(text, warning, failure, status=None, finish=None) -> LLMOutcome:
             return LLMOutcome(text, warning, failure, int((time.perf_counter() - started) * 1000), status, finish)
@@ -177,6 +187,7 @@ class ChatLLM:
 
     async def probe(self, timeout_s: float = 2.0) -> tuple[bool, str]:
         """A cheap reachability check (GET /models) for healthz; not counted by the breaker."""
+        openai = _sdk()
         try:
             async with asyncio.timeout(timeout_s + 0.05):
                 await self.client().models.list(timeout=timeout_s)

@@ -16,8 +16,6 @@ import json
 import time
 from typing import Any, cast
 
-import openai
-from openai import OpenAI
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from pipelines.chat.breaker import CircuitBreaker
@@ -148,12 +146,20 @@ class _JudgeIn(BaseModel):
     aspects: list[_Judged]
 
 
+def _sdk():
+    """The OpenAI SDK, imported when a ThinkLLM is made (THINK_LLM and an endpoint configured): the
+    API imports this module for /v1/think, and the SDK costs ~20 MB the embedded default never uses."""
+    import openai
+
+    return openai
+
+
 class ThinkLLM:
     MARGIN_S = 0.3  # kept back for the deterministic fallback and the answer
 
     def __init__(self, s: Settings, breaker: CircuitBreaker | None = None):
         self.model = s.openai_model
-        self.client = OpenAI(base_url=s.openai_base_url, api_key=s.openai_api_key or "not-needed", max_retries=0)
+        self.client = _sdk().OpenAI(base_url=s.openai_base_url, api_key=s.openai_api_key or "not-needed", max_retries=0)
         self.breaker = breaker
 
     def _call(self, messages: list[dict], tool: dict, timeout_s: float):
@@ -172,6 +178,7 @@ class ThinkLLM:
         if self.breaker is not None and not self.breaker.allow().allowed:
             return None, "llm_circuit_open"
         name = tool["function"]["name"]
+        openai = _sdk()
         for attempt in range(2):
             left = deadline - time.monotonic() - self.MARGIN_S
             if left <= 0.05:
