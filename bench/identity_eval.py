@@ -232,21 +232,23 @@ def pair_scores(data: dict, r) -> None:
 
 
 def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]:
-    """Per mode, on the same readings: the aligned picture check off (the decision before it), and
-    the other setting of decision.PICTURE_ACCEPTS_UNAGREED (the picture also accepting where the
-    text is only consistent: off by default)."""
+    """Per mode, on the same readings, the decision as it was before each check: the aligned
+    picture check off (and with it the printed-lines check); the printed-lines check off (the
+    picture then merges where the text agrees only, PICTURE_ACCEPTS_UNAGREED off: the decision
+    before the printed-lines check); the printed-lines check vetoing only (the picture merging
+    where the text agrees only)."""
     from pipelines.neardup import decision
 
     rows = []
     saved = decision.PICTURE_ACCEPTS_UNAGREED
-    other = "picture accepts unagreed text" if not saved else "picture accepts agreeing text only"
     try:
-        for label, check, unagreed in (
-            ("picture check off", False, False),
-            (other, True, not saved),
+        for label, check, printed, unagreed in (
+            ("picture check off", False, False, False),
+            ("printed check off", True, False, False),
+            ("printed check vetoes only", True, True, False),
         ):
             decision.PICTURE_ACCEPTS_UNAGREED = unagreed
-            settings = s.model_copy(update={"neardup_picture_check": check})
+            settings = s.model_copy(update={"neardup_picture_check": check, "neardup_printed_check": printed})
             for mode in modes:
                 rows.append({**run_mode(mode, data, r=r, s=settings, tmp=tmp), "label": f"{mode} ({label})"})
                 print(f"  {mode} {label}: done in {rows[-1]['wall_s']:.0f}s", flush=True)
@@ -290,9 +292,9 @@ def main() -> int:
     ap.add_argument(
         "--picture-rows",
         action="store_true",
-        help="per mode, two more rows on the same readings: the aligned picture check off (before), and"
-        " the other setting of decision.PICTURE_ACCEPTS_UNAGREED (the picture accepting where the text"
-        " is only consistent; off by default)",
+        help="per mode, three more rows on the same readings: the aligned picture check off, the"
+        " printed-lines check off (the decision before it), the printed-lines check vetoing only"
+        " (no merge on consistent text)",
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")

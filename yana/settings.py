@@ -110,6 +110,11 @@ class Settings(BaseSettings):
     # picture is made from its original in the blob store, only where the text agrees (Redis keeps
     # none); ~50 ms a check.
     neardup_picture_check: bool = True
+    # The printed-lines check before a merge (pipelines.neardup.printed: the read fields' lines
+    # compared glyph by glyph on both originals; ~70-130 ms a merge): vetoes editions in another
+    # typeface and product-line labels whose differing number was read off one side only, and
+    # lets consistent text merge (decision.PICTURE_ACCEPTS_UNAGREED). Needs the picture check.
+    neardup_printed_check: bool = True
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000  # decompression-bomb guard (width x height)
     max_images_per_request: int = 1000

@@ -34,7 +34,7 @@ from pathlib import PurePosixPath
 from pipelines.ingest import image_io, readings
 from pipelines.ingest.keys import DEFERRED_FAILURES_KEY, DEFERRED_READS_KEY, INGEST_ACTIVE_KEY
 from pipelines.labels import schema as labels
-from pipelines.neardup import decision
+from pipelines.neardup import decision, printed
 from yana.blobs import BlobMissing, BlobStore
 from yana.settings import Settings
 
@@ -123,7 +123,9 @@ def index_reading(index, sha1: str, fields: dict, reading: dict) -> bool:
     read, said = readings.identity_fields(reading, fields), readings.said_fields(reading, fields)
     said_keys = {k: v for k, v in said.items() if k in decision.READ_KEYS and v}
     return index.add_reading(
-        sha1, decision.entry_with_reading(entry, read, said_keys), decision.text_digest(said_keys or read)
+        sha1,
+        decision.entry_with_reading(entry, read, said_keys, printed.field_lines(reading)),
+        decision.text_digest(said_keys or read),
     )
 
 

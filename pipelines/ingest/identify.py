@@ -20,7 +20,7 @@ from pipelines.ingest import deferred, image_io, readings, sources
 from pipelines.ingest.pictures import stored_pictures
 from pipelines.labels import schema as labels
 from pipelines.neardup import decision as neardup
-from pipelines.neardup import hashing
+from pipelines.neardup import hashing, printed
 from pipelines.neardup.index import SIG_KEY, shared_index
 from pipelines.search import collections as vector_index
 from pipelines.search import lexical
@@ -102,6 +102,10 @@ def identify(
         read=said,
         said=readings.said_fields(reading),
         pictures=stored_pictures(r, blobs) if s.neardup_picture_check and blobs is not None else None,
+        lines=printed.field_lines(reading),
+        greys=stored_pictures(r, blobs).greys
+        if s.neardup_picture_check and s.neardup_printed_check and blobs is not None
+        else None,
         # a candidate whose read was deferred is read now (pipelines.ingest.deferred), as ingest does
         readings=deferred.stored_readings(r, blobs, s) if s.ocr_mode != "off" and blobs is not None else None,
     )

@@ -15,10 +15,11 @@ from collections import OrderedDict
 import numpy as np
 
 from pipelines.labels import schema as labels
-from pipelines.neardup import picture
+from pipelines.neardup import picture, printed
 from yana.blobs import BlobMissing, BlobStore
 
 CACHED = 256  # pictures' JPEGs kept per process (~2.5 MB)
+CACHED_GREYS = 8  # the printed-lines check's greys kept per process (up to ~2.5 MB each)
 
 
 class StoredPictures:
@@ -28,16 +29,42 @@ class StoredPictures:
         self.r = r
         self.blobs = blobs
         self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._greys: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]:
+        return [self._picture(key) if key else None for key in self._keys(refs)]
+
+    def greys(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]:
+        """decision.Greys: the printed-lines check's greys of the same originals."""
+        return [self._grey(key) if key else None for key in self._keys(refs)]
+
+    def _keys(self, refs: list[tuple[str, str]]) -> list[str]:
         keys = [key for _label, key in refs]
         unknown = [i for i, key in enumerate(keys) if not key]
         if unknown and self.r is not None:
             found = self.r.hmget(labels.LABEL_IMAGES_KEY, [refs[i][0] for i in unknown])
             for i, key in zip(unknown, found, strict=True):
                 keys[i] = key.decode() if isinstance(key, bytes) else (key or "")
-        return [self._picture(key) if key else None for key in keys]
+        return keys
+
+    def _grey(self, key: str) -> np.ndarray | None:
+        with self._lock:
+            found = self._greys.get(key)
+            if found is not None:
+                self._greys.move_to_end(key)
+                return found
+        try:
+            found = printed.grey_of_original(self.blobs.get(key))
+        except BlobMissing:
+            return None
+        except Exception:  # noqa: BLE001 - ingest decoded these bytes once; if they no longer decode, no grey
+            return None
+        with self._lock:
+            self._greys[key] = found
+            while len(self._greys) > CACHED_GREYS:
+                self._greys.popitem(last=False)
+        return found
 
     def _picture(self, key: str) -> np.ndarray | None:
         with self._lock:

@@ -34,7 +34,7 @@ from pipelines.ingest.pictures import stored_pictures
 from pipelines.labels import schema as labels
 from pipelines.labels.model import merge_field_values
 from pipelines.neardup import decision as neardup
-from pipelines.neardup import hashing, verifier
+from pipelines.neardup import hashing, printed, verifier
 from pipelines.neardup import index as phash_index
 from pipelines.neardup.index import shared_index
 from pipelines.search import collections as vector_index
@@ -257,9 +257,9 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
         deferred = r is not None and deferred_reads.defers(r, s, fields, sha1)
         late: dict[str, dict | None] = {}  # the deferred read, if the decision needed it after all
 
-        def read_now() -> tuple[dict, dict]:
+        def read_now() -> tuple[dict, dict, dict]:
             late["reading"] = got = _read_item(r, sha1, dec.image, fields, out, s)
-            return readings.identity_fields(got, fields), readings.said_fields(got, fields)
+            return readings.identity_fields(got, fields), readings.said_fields(got, fields), printed.field_lines(got)
 
         reading = None if deferred else _read_item(r, sha1, dec.image, fields, out, s)
         read = readings.identity_fields(reading, fields)
@@ -277,6 +277,8 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
             pictures=stored_pictures(r, blobs) if s.neardup_picture_check else None,
             read_query=read_now if deferred else None,
             readings=deferred_reads.stored_readings(r, blobs, s) if r is not None and s.ocr_mode != "off" else None,
+            lines=printed.field_lines(reading),
+            greys=stored_pictures(r, blobs).greys if s.neardup_picture_check and s.neardup_printed_check else None,
         )
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(

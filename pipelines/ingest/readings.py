@@ -165,11 +165,16 @@ def identity_fields(
 ) -> dict[str, str]:
     """{field: value} of a reading for the near-duplicate decision: the ones read at least this
     surely, and none the uploader gave (their value is compared as the uploader's field)."""
+    from pipelines.read.fields import plausible
+
     given = given or {}
     return {
         k: str(f.get("value"))
         for k, f in ((reading or {}).get("fields") or {}).items()
-        if f.get("value") and not given.get(k) and float(f.get("confidence") or 0.0) >= min_confidence
+        if f.get("value")
+        and not given.get(k)
+        and float(f.get("confidence") or 0.0) >= min_confidence
+        and plausible(k, f.get("value"))  # a misread number (5002ml) says nothing about identity
     }
 
 

@@ -22,7 +22,11 @@ both (`said`: every value read, however surely), all equal, the brand and at lea
 check), and then the aligned picture check (pipelines.neardup.picture, on both photographs'
 pictures; the candidate's made from its stored original, read only then) has the last word:
 another picture (an edition: the same text in another design) vetoes, the same picture merges
-what the grey-only score kept apart. Agreeing uploader fields with readings on
+what the grey-only score kept apart. Before anything merges, the printed-lines check
+(pipelines.neardup.printed: the read fields' lines compared glyph by glyph on both photographs'
+originals) vetoes a pair whose lines are printed otherwise (another typeface, a digit read off
+one side only), and a merge on text that is only consistent (a value read off one side) needs it
+to confirm. Agreeing uploader fields with readings on
 both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
 and product on another design).
 
@@ -47,7 +51,7 @@ import numpy as np
 import orjson
 from PIL import Image
 
-from pipelines.neardup import picture, verifier
+from pipelines.neardup import picture, printed, verifier
 
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
@@ -81,16 +85,15 @@ FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = 1.0
 # spread that score over 0.7-5.0). Where the text does not agree, the picture alone never merges
 # (a product line shares its picture; only the text it prints differs), unless
 # PICTURE_ACCEPTS_UNAGREED and the text is at least consistent (text_consistent: a re-photograph
-# whose OCR missed a value on one side). Measured with SAID_VETO_KEYS: tune seeds 7 and 8 +0.10 to
-# +0.17 recall and no more false merges, but held-out seeds 9-12 +0.13 recall for 8 false merges of
-# 528 instead of 6 (a same-palette edition, a strength read off one side only). With アルコール分
-# read through a misread key (pipelines.read.fields), fresh held-out seeds 13 and 14 met a rule
-# written before the run (recall 0.683 -> 0.758, false merges 1 -> 1 of 264), but seeds 9-12 then
-# gave 0.604 -> 0.692 for 3 -> 5 false merges of 528 (editions): over the six seeds +0.08 recall
-# for 4 -> 6 false merges of 792. Off, precision first: a false merge loses a label, a missed
-# duplicate is one entry the console can merge. Entries whose original cannot be read (indexed
-# before entries kept the blob key, or its blob is gone) skip the check. Measured in docs/ocr.md.
-PICTURE_ACCEPTS_UNAGREED = False
+# whose OCR missed a value on one side). Without more, that merged editions and product-line
+# labels whose differing value was read off one side only (held-out seeds 9-14: +0.08 recall for
+# 4 -> 6 false merges of 792), so it was off. It is on since the printed-lines check
+# (pipelines.neardup.printed) guards it: a merge on consistent text also needs the field lines of
+# both photographs printed alike, each field read off one side only included (its line looked up
+# on the other photograph); without that check (no original, no line compared) it does not merge.
+# Entries whose original cannot be read (indexed before entries kept the blob key, or its blob is
+# gone) skip the picture check. Measured in docs/ocr.md.
+PICTURE_ACCEPTS_UNAGREED = True
 # The grade and the printed numbers veto when read off both photographs however surely, not only
 # surely (READ_KEYS' sure values): a product line's labels (one design, another grade or number)
 # pass the pixel check (strict score 0.2-1.0), and their differing value is often read at under
@@ -192,6 +195,13 @@ class Pictures(Protocol):
     def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]: ...
 
 
+class Greys(Protocol):
+    """The printed-lines check's greys (printed.grey) of stored labels' originals: per (label id,
+    blob key of its original, '' when the entry has none) the grey, None when it cannot be read."""
+
+    def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]: ...
+
+
 def make_entry(
     sig: bytes,
     fields: dict | None,
@@ -199,6 +209,7 @@ def make_entry(
     said: dict | None = None,
     blob_key: str = "",
     deferred: bool = False,
+    lines: dict | None = None,
 ) -> str:
     fields = fields or {}
     # zlib: a label's flat grounds shrink the 3 KiB signature to ~1.1 KiB (Redis holds one per image)
@@ -209,7 +220,7 @@ def make_entry(
         else {"s": base64.b64encode(sig).decode("ascii")}
     )
     doc.update({k: normalise(fields.get(k)) for k in FIELD_KEYS if normalise(fields.get(k))})
-    _put_reading(doc, read, said)
+    _put_reading(doc, read, said, lines)
     if blob_key:  # where the original is: the aligned picture check reads its picture from there
         doc["b"] = blob_key
     if deferred:  # not read yet (OCR deferred): a verifier that meets it reads it first (Readings)
@@ -217,20 +228,22 @@ def make_entry(
     return orjson.dumps(doc).decode()
 
 
-def _put_reading(doc: dict, read: dict | None, said: dict | None) -> None:
-    """An entry's `read` (sure values) and `said` (every value, only when it says more than `read`:
-    Redis holds one entry per image)."""
+def _put_reading(doc: dict, read: dict | None, said: dict | None, lines: dict | None = None) -> None:
+    """An entry's `read` (sure values), `said` (every value, only when it says more than `read`:
+    Redis holds one entry per image) and `ln` (where the read fields' lines are: printed.field_lines)."""
     sure, everything = _read_keys(read), _read_keys(said)
     if sure:
         doc["read"] = sure
     if everything and everything != sure:
         doc["said"] = everything
+    if lines:
+        doc["ln"] = lines
 
 
-def entry_with_reading(entry: str, read: dict | None, said: dict | None) -> str:
+def entry_with_reading(entry: str, read: dict | None, said: dict | None, lines: dict | None = None) -> str:
     """A stored entry after its deferred read: what was read in it, no longer marked unread."""
-    doc = {k: v for k, v in orjson.loads(entry).items() if k not in ("d", "read", "said")}
-    _put_reading(doc, read, said)
+    doc = {k: v for k, v in orjson.loads(entry).items() if k not in ("d", "read", "said", "ln")}
+    _put_reading(doc, read, said, lines)
     return orjson.dumps(doc).decode()
 
 
@@ -287,9 +300,14 @@ class Verifier:
     # A deferred read (OCR_MODE=auto with full uploader fields): the query is read only when it
     # has candidates (read_query gives its (read, said), once), and candidates whose own read was
     # deferred are read then (readings), so a deferred read never weakens a decision.
-    read_query: Callable[[], tuple[dict, dict]] | None = field(default=None, repr=False)
+    read_query: Callable[[], tuple] | None = field(default=None, repr=False)
     readings: Readings | None = field(default=None, repr=False)
+    # the printed-lines check (pipelines.neardup.printed): where the query's read fields' lines
+    # are, and where the candidates' greys come from (None: no check)
+    lines: dict = field(default_factory=dict)
+    greys: Greys | None = field(default=None, repr=False)
     _pic_array: Any = field(default=None, repr=False, compare=False)  # the query's picture, once
+    _grey: Any = field(default=None, repr=False, compare=False)  # the query's grey, once
 
     def _picture_parts(self, stored: np.ndarray) -> picture.Parts:
         if self._pic_array is None:
@@ -312,6 +330,42 @@ class Verifier:
             verdict["reason"] += ", picture differs"
             return False
         return same
+
+    def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool]]) -> None:
+        """The printed-lines check's say on the candidates about to merge (pipelines.neardup.printed):
+        their field lines printed otherwise vetoes, a field read off one side only included (its
+        line looked up on the other photograph); a merge the picture made on consistent text only
+        needs the lines compared and alike (no check, no merge)."""
+        todo, needs = [], {}
+        for j, (verdict, (theirs, _label, only)) in enumerate(zip(rows, refs, strict=True)):
+            if not verdict["same"]:
+                continue
+            needs[j] = only and "picture agrees" in verdict["reason"]
+            if self.greys is not None and (self.lines or theirs.get("ln")):
+                todo.append(j)
+            elif needs[j]:
+                verdict.update(same=False, reason=verdict["reason"] + ", printed lines not compared")
+        if not todo or self.greys is None:
+            return
+        greys = self.greys([(refs[j][1], str(refs[j][0].get("b") or "")) for j in todo])
+        for j, stored in zip(todo, greys, strict=True):
+            theirs, _label, only = refs[j]
+            verdict = rows[j]
+            found = printed.NOTHING
+            if stored is not None:
+                if self._grey is None:
+                    assert self.image is not None
+                    self._grey = printed.grey(self.image)
+                found = printed.compare(self._grey, self.lines, stored, theirs.get("ln") or {})
+            verdict["printed"] = found.summary()
+            one_sided: set[str] = set()
+            if only:
+                mine = {k for k in printed.FIELDS if _read_norm(self.said.get(k))}
+                one_sided = mine ^ {k for k in printed.FIELDS if _read_norm(stored_said(theirs).get(k))}
+            if found.differs or any(found.field_differs(k) for k in one_sided):
+                verdict.update(same=False, reason=verdict["reason"] + ", printed lines differ")
+            elif needs[j] and (found.differs is None or any(found.field_differs(k) is None for k in one_sided)):
+                verdict.update(same=False, reason=verdict["reason"] + ", printed lines not compared")
 
     @property
     def text_digest(self) -> str:
@@ -344,7 +398,10 @@ class Verifier:
             return
         if self.read_query is not None:
             hook, self.read_query = self.read_query, None
-            self.read, self.said = _query_reading(*hook())
+            got = hook()  # (read, said) or (read, said, field lines)
+            self.read, self.said = _query_reading(got[0], got[1])
+            if len(got) > 2:
+                self.lines = got[2] or {}
         if self.readings is None or not self.said:  # nothing read off the query: nothing to compare
             return
         todo = [(label, theirs) for label, theirs in open_ if theirs.get("d")]
@@ -367,6 +424,8 @@ class Verifier:
         # (verdict row, signature, grey-only score, its limit, text agrees and fields do not, the
         # candidate's (label id, blob key) where the picture check applies)
         to_compare: list[tuple[int, bytes, bool, float, bool, tuple[str, str] | None]] = []
+        # per row of to_compare: (the candidate's entry, its label id, merged on consistent text only)
+        printed_refs: list[tuple[dict, str, bool]] = []
         blank = not has_content(self.view.luma)
         for label_id, distance, sig, theirs in parsed:
             verdict: dict[str, Any]
@@ -388,6 +447,7 @@ class Verifier:
                 checked = agrees or (PICTURE_ACCEPTS_UNAGREED and text_consistent(self.said, stored_said(theirs)))
                 ref = (label_id, str(theirs.get("b") or "")) if self.pictures is not None and checked else None
                 to_compare.append((len(verdicts), sig, loose, limit, text_only, ref))
+                printed_refs.append((theirs, label_id, checked and not agrees))
             verdicts.append((label_id, distance, verdict))
         scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
         # agreeing text (fields not) never loses what the strict check alone would find
@@ -406,6 +466,7 @@ class Verifier:
             if ref is not None:
                 same = self._picture_verdict(verdict, same, next(loaded))
             verdict.update(same=same, score=round(score, 4))
+        self._printed_check([verdicts[c[0]][2] for c in to_compare], printed_refs)
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
             self.judged.append({"label_id": label_id, "distance": distance, **verdict})
@@ -427,8 +488,10 @@ def verifier_for(
     said: dict | None = None,
     blob_key: str = "",
     pictures: Pictures | None = None,
-    read_query: Callable[[], tuple[dict, dict]] | None = None,
+    read_query: Callable[[], tuple] | None = None,
     readings: Readings | None = None,
+    lines: dict | None = None,
+    greys: Greys | None = None,
 ):
     """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
@@ -437,12 +500,14 @@ def verifier_for(
     `pictures`: where the candidates' pictures come from, for the aligned picture check
     (NEARDUP_PICTURE_CHECK; None: no check). `read_query`: the query's read was deferred; it is
     read (this gives its (read, said)) only if it has candidates, and the entry says it was not
-    read; `readings`: where candidates whose read was deferred are read."""
+    read; `readings`: where candidates whose read was deferred are read. `lines`: where the read
+    fields' lines are on this image (printed.field_lines, kept in the entry); `greys`: where the
+    candidates' greys come from, for the printed-lines check (None: no check)."""
     view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
     read, said = _query_reading(read, said)
     return (
-        make_entry(view.sig, fields, read, said, blob_key, deferred=read_query is not None),
+        make_entry(view.sig, fields, read, said, blob_key, deferred=read_query is not None, lines=lines),
         fields_digest(fields),
         Verifier(
             view,
@@ -455,5 +520,7 @@ def verifier_for(
             pictures=pictures,
             read_query=read_query,
             readings=readings,
+            lines=dict(lines or {}),
+            greys=greys,
         ),
     )

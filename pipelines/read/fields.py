@@ -260,6 +260,31 @@ def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
             _volume(ln, t, out)
 
 
+# What a label can print, for identity: a bottle's volume (the standard sizes above, and the wine
+# sizes some sake uses) and a drink's strength. A read value outside them is a misread (5002ml,
+# 1度 for 14度), which must neither veto two photographs of one label nor agree with anything.
+_PLAUSIBLE_ML = frozenset(int(v) for v in _BOTTLE_ML.split("|")) | {375, 750, 1500}
+_PLAUSIBLE_ALCOHOL = (3.0, 60.0)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def plausible(key: str, value: str | None) -> bool:
+    """Whether a read value of `key` is one a label can print (volume and alcohol checked)."""
+    if not value:
+        return False
+    m = _NUMBER.search(str(value))
+    if key == "volume":
+        if not m:
+            return False
+        ml = float(m.group()) * (
+            1000 if str(value).lower().endswith("l") and not str(value).lower().endswith("ml") else 1
+        )
+        return round(ml) in _PLAUSIBLE_ML
+    if key == "alcohol":
+        return bool(m) and _PLAUSIBLE_ALCOHOL[0] <= float(m.group()) <= _PLAUSIBLE_ALCOHOL[1]
+    return True
+
+
 def _volume(ln: Line, t: str, out: dict[str, Field]) -> None:
     """内容量 on line `ln` (its digits cleaned: `t`), when one is there."""
     m = _VOLUME_LABELED.search(t)

@@ -197,3 +197,21 @@ def test_volume_read_through_a_misread_key_and_unit():
     assert extract_fields(["内容城720甲"]).fields["volume"].confidence < 0.8, "a misread key: not sure"
     assert extract_fields(["内容量 720ml"]).fields["volume"].confidence > 0.8
     assert "volume" not in extract_fields(["内容城721甲"]).fields
+
+
+def test_only_values_a_label_can_print_count_for_identity():
+    from pipelines.ingest.readings import identity_fields, said_fields
+    from pipelines.read.fields import plausible
+
+    assert plausible("volume", "720ml") and plausible("volume", "1.8l") and plausible("volume", "1800ml")
+    assert not plausible("volume", "5002ml") and not plausible("volume", "730ml")  # a stray or lost digit
+    assert plausible("alcohol", "15度") and plausible("alcohol", "15.5%") and not plausible("alcohol", "1度")
+    reading = {
+        "fields": {
+            "volume": {"value": "5002ml", "confidence": 0.9},
+            "alcohol": {"value": "16度", "confidence": 0.9},
+        }
+    }
+    # a misread number neither vetoes nor agrees: it is left out of what identity compares
+    assert identity_fields(reading) == {"alcohol": "16度"}
+    assert said_fields(reading) == {"alcohol": "16度"}

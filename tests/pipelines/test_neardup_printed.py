@@ -1,0 +1,135 @@
+"""The printed-lines check (pipelines.neardup.printed) and its place in the identity decision: two
+photographs of one label print their field lines alike; two labels of one product line (one
+design, another number) do not, on the line of the number; a merge on consistent text only (a
+field read off one photograph) needs that confirmed. Real photographs (tools.photolabels' tune
+split) read by the real reader (PP-OCR)."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+from PIL import Image
+
+from pipelines.ingest import pictures
+from pipelines.neardup import decision, printed
+from pipelines.read.fields import extract_fields
+from pipelines.read.ocr import read_image
+from yana.blobs import LocalBlobStore
+
+
+def _reading(image: Image.Image) -> dict:
+    got = read_image(image, engine="ppocr", timeout_s=120)
+    out = got.to_dict()
+    out.update(extract_fields(got).to_dict())
+    return out
+
+
+def _said(reading: dict) -> dict:
+    return {k: f["value"] for k, f in reading["fields"].items() if k in decision.READ_KEYS and f.get("value")}
+
+
+@pytest.fixture(scope="module")
+def photos() -> dict:
+    """{name: (image, reading)}: one label photographed twice (the second cropped), and two labels
+    of one product line that differ in 精米歩合 (seeds where the tune split's margins are wide)."""
+    from tools.photolabels import design_family, make_spec, photograph, render
+
+    rng = random.Random(3)
+    label = render(make_spec(rng, split="tune", side="back", kind="sake")).image
+    first, _ = photograph(label, random.Random(rng.getrandbits(64)), crop=0)
+    second, _ = photograph(label, random.Random(rng.getrandbits(64)), crop=1.0)
+    rng = random.Random(1)
+    line_a, line_b = design_family(rng, 2, split="tune", vary="number")
+    assert line_a.seimai != line_b.seimai and line_a.alcohol == line_b.alcohol
+    one, _ = photograph(render(line_a).image, random.Random(rng.getrandbits(64)))
+    other, _ = photograph(render(line_b).image, random.Random(rng.getrandbits(64)))
+    out = {"first": first, "second": second, "line_a": one, "line_b": other}
+    return {name: (img, _reading(img)) for name, img in out.items()}
+
+
+def _compare(photos: dict, a: str, b: str) -> printed.Verdict:
+    (ia, ra), (ib, rb) = photos[a], photos[b]
+    return printed.compare(printed.grey(ia), printed.field_lines(ra), printed.grey(ib), printed.field_lines(rb))
+
+
+def test_field_lines_are_where_the_fields_were_read(photos):
+    _img, reading = photos["first"]
+    lines = printed.field_lines(reading)
+    assert set(lines) <= set(printed.FIELDS) and "alcohol" in lines
+    x0, y0, x1, y1, _vertical = lines["alcohol"]
+    assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
+    assert printed.field_lines(None) == {} and printed.field_lines({"size": [0, 0]}) == {}
+
+
+def test_two_photographs_of_one_label_print_the_same_lines(photos):
+    found = _compare(photos, "second", "first")
+    assert found.differs is False, found.summary()
+    assert len(found.lines) >= 4
+
+
+def test_a_product_line_differs_where_its_number_is_printed(photos):
+    found = _compare(photos, "line_b", "line_a")
+    assert found.differs is True, found.summary()
+    # the differing digit is in 精米歩合's line or next to it (a window's margin reaches the
+    # neighbouring line of this layout: アルコール分)
+    assert found.field_differs("seimai") or found.field_differs("alcohol"), found.lines
+    assert found.field_differs("grade") is False  # the same grade, printed alike
+
+
+def test_nothing_to_compare_is_no_verdict(photos):
+    img, _reading = photos["first"]
+    assert printed.compare(printed.grey(img), {}, printed.grey(img), {}).differs is None
+
+
+def _store(blobs: LocalBlobStore, image: Image.Image) -> str:
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", quality=92)
+    key = f"images/{len(list(blobs.list('images/'))):04d}.jpg"
+    blobs.put(key, buf.getvalue())
+    return key
+
+
+def _judge(photos, blobs, query: str, stored: str, *, drop: str, greys: bool = True) -> dict:
+    """The decision on `query` against `stored` whose read missed `drop` (read off the query only:
+    the text is consistent, not agreeing)."""
+    (iq, rq), (ist, rs) = photos[query], photos[stored]
+    said_s = {k: v for k, v in _said(rs).items() if k != drop}
+    lines_s = {k: v for k, v in printed.field_lines(rs).items() if k != drop}
+    entry, _digest, _v = decision.verifier_for(
+        ist, None, 10, said=said_s, blob_key=_store(blobs, ist), lines=lines_s
+    )
+    store = pictures.StoredPictures(None, blobs)
+    _e, _d, verify = decision.verifier_for(
+        iq,
+        None,
+        10,
+        said=_said(rq),
+        pictures=store,
+        lines=printed.field_lines(rq),
+        greys=store.greys if greys else None,
+    )
+    assert decision.text_consistent(verify.said, decision.stored_said(decision.parse_entry(entry)[1]))
+    verify([("label_x", 30, entry)])
+    return verify.judged[0]
+
+
+def test_consistent_text_merges_when_the_missing_fields_line_is_printed_alike(photos, tmp_path):
+    verdict = _judge(photos, LocalBlobStore(tmp_path), "second", "first", drop="alcohol")
+    assert verdict["same"] is True, verdict
+    assert "picture agrees" in verdict["reason"] and verdict["printed"]["lines"] >= 4
+
+
+def test_consistent_text_without_the_printed_check_does_not_merge(photos, tmp_path):
+    verdict = _judge(photos, LocalBlobStore(tmp_path), "second", "first", drop="alcohol", greys=False)
+    assert verdict["same"] is False and "printed lines not compared" in verdict["reason"], verdict
+
+
+def test_a_number_read_off_one_side_only_is_looked_up_on_the_other(photos, tmp_path):
+    # one design, another 精米歩合 read off the query only: the pixels pass (one design), the
+    # picture is the same; without the printed-lines check this was a false merge
+    before = _judge(photos, LocalBlobStore(tmp_path / "a"), "line_b", "line_a", drop="seimai", greys=False)
+    assert before["same"] is True, before
+    verdict = _judge(photos, LocalBlobStore(tmp_path / "b"), "line_b", "line_a", drop="seimai")
+    assert verdict["same"] is False and "printed lines differ" in verdict["reason"], verdict
