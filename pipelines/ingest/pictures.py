@@ -19,7 +19,7 @@ from pipelines.neardup import picture, printed
 from yana.blobs import BlobMissing, BlobStore
 
 CACHED = 256  # pictures' JPEGs kept per process (~2.5 MB)
-CACHED_GREYS = 8  # the printed-lines check's greys kept per process (up to ~2.5 MB each)
+CACHED_GREYS = 4  # the printed-lines check's greys kept per process (up to ~2.5 MB each: pool processes are small)
 
 
 class StoredPictures:
