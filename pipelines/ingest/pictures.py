@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,42 +51,33 @@ class StoredPictures:
         return keys
 
     def _grey(self, key: str) -> np.ndarray | None:
-        with self._lock:
-            found = self._greys.get(key)
-            if found is not None:
-                self._greys.move_to_end(key)
-                return found
-        try:
-            found = printed.grey_of_original(self.blobs.get(key))
-        except BlobMissing:
-            return None
-        except Exception:  # noqa: BLE001 - ingest decoded these bytes once; if they no longer decode, no grey
-            return None
-        with self._lock:
-            self._greys[key] = found
-            while len(self._greys) > CACHED_GREYS:
-                self._greys.popitem(last=False)
-        return found
+        return self._cached(self._greys, CACHED_GREYS, key, printed.grey_of_original)
 
     def _picture(self, key: str) -> np.ndarray | None:
+        jpeg = self._cached(self._cache, CACHED, key, picture.encode_original)
+        return picture.decode(jpeg) if jpeg is not None else None
+
+    def _cached(self, cache: OrderedDict, limit: int, key: str, make: Callable[[bytes], Any]) -> Any:
+        """`make(original)` of the blob at `key`, kept in `cache` (the `limit` last used); None when
+        the blob is gone (deleted since: the signature's verdict stands) or no longer decodes."""
         with self._lock:
-            jpeg = self._cache.get(key)
-            if jpeg is not None:
-                self._cache.move_to_end(key)
-        if jpeg is None:
-            try:
-                data = self.blobs.get(key)  # bytes ingest accepted (under its size limit then)
-            except BlobMissing:  # deleted since: the signature's verdict stands
-                return None
-            try:
-                jpeg = picture.encode_original(data)
-            except Exception:  # noqa: BLE001 - ingest decoded these bytes once; if they no longer decode, no picture
-                return None
-            with self._lock:
-                self._cache[key] = jpeg
-                while len(self._cache) > CACHED:
-                    self._cache.popitem(last=False)
-        return picture.decode(jpeg)
+            found = cache.get(key)
+            if found is not None:
+                cache.move_to_end(key)
+                return found
+        try:
+            data = self.blobs.get(key)  # bytes ingest accepted (under its size limit then)
+        except BlobMissing:
+            return None
+        try:
+            found = make(data)
+        except Exception:  # noqa: BLE001 - ingest decoded these bytes once; if they no longer decode, nothing
+            return None
+        with self._lock:
+            cache[key] = found
+            while len(cache) > limit:
+                cache.popitem(last=False)
+        return found
 
 
 _shared: dict[tuple[int, int], StoredPictures] = {}

@@ -62,7 +62,8 @@ MAX_COLOUR = 4.0
 MAX_STRUCTURE = 0.45
 
 
-def _cv2():
+def opencv():
+    """OpenCV as the checks use it: single-threaded, seeded (RANSAC deterministic)."""
     import cv2
 
     cv2.setNumThreads(1)
@@ -70,14 +71,18 @@ def _cv2():
     return cv2
 
 
+def fit_within(image: Image.Image, side: int) -> Image.Image:
+    """`image` with its longest side at most `side` (never enlarged; box filter)."""
+    w, h = image.size
+    scale = side / max(w, h)
+    if scale < 1.0:
+        image = image.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BOX)
+    return image
+
+
 def picture(image: Image.Image) -> Image.Image:
     """The photograph as the check sees it: RGB, longest side PICTURE_SIDE (never enlarged)."""
-    img = image.convert("RGB")
-    w, h = img.size
-    scale = PICTURE_SIDE / max(w, h)
-    if scale < 1.0:
-        img = img.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BOX)
-    return img
+    return fit_within(image.convert("RGB"), PICTURE_SIDE)
 
 
 def encode(image: Image.Image) -> bytes:
@@ -103,13 +108,19 @@ def encode_original(data: bytes) -> bytes:
     A JPEG is decoded at the smallest DCT scale still at least 4 x PICTURE_SIDE (a phone's 12 MP
     photograph at half size: 35 ms instead of 108; the check's held-out eval photographs, under
     2,560 px, in full as before: at 2 x, seed 10 found one re-photograph fewer), the rest in full."""
+    return encode(open_original(data, "RGB", 4 * PICTURE_SIDE))
+
+
+def open_original(data: bytes, mode: str, side: int) -> Image.Image:
+    """A stored original (bytes ingest accepted) decoded upright as ingest decoded it, in `mode`; a
+    JPEG at the smallest DCT scale still at least `side`."""
     with Image.open(io.BytesIO(data)) as im:
         if im.format == "JPEG":
-            im.draft("RGB", (4 * PICTURE_SIDE, 4 * PICTURE_SIDE))
+            im.draft(mode, (side, side))
         if getattr(im, "n_frames", 1) > 1:
             im.seek(0)
         im.load()
-        return encode(ImageOps.exif_transpose(im).convert("RGB"))
+        return ImageOps.exif_transpose(im).convert(mode)
 
 
 @dataclass
@@ -154,7 +165,7 @@ def _features(cv2, grey: np.ndarray):
 
 def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
     """Align the query picture onto the candidate's and compare them (RGB uint8 arrays)."""
-    cv2 = _cv2()
+    cv2 = opencv()
     gq = cv2.cvtColor(query, cv2.COLOR_RGB2GRAY)
     gc = cv2.cvtColor(cand, cv2.COLOR_RGB2GRAY)
     kq, dq = _features(cv2, gq)

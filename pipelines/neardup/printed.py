@@ -24,11 +24,12 @@ tools/photolabels' tune split only (seeds 7 and 8: bench/identity_eval.py, docs/
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
+
+from pipelines.neardup.picture import fit_within, open_original, opencv
 
 # The fields whose lines are compared (the brand is brush lettering, compared by the picture).
 FIELDS = ("grade", "seimai", "alcohol", "volume")
@@ -54,34 +55,14 @@ RATIO_FLOOR = 0.005  # the median a ratio divides by, at least (a near-perfect l
 RATIO_MIN_WORST = 0.03  # a worst window under this is no differing glyph, whatever the ratio
 
 
-def _cv2():
-    import cv2
-
-    cv2.setNumThreads(1)
-    cv2.setRNGSeed(0)
-    return cv2
-
-
 def grey(image: Image.Image) -> np.ndarray:
     """The photograph as this check sees it: grey, longest side at most SIDE (never enlarged)."""
-    img = image.convert("L")
-    w, h = img.size
-    scale = SIDE / max(w, h)
-    if scale < 1.0:
-        img = img.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BOX)
-    return np.asarray(img)
+    return np.asarray(fit_within(image.convert("L"), SIDE))
 
 
 def grey_of_original(data: bytes) -> np.ndarray:
-    """`grey` of a stored original (bytes ingest accepted, made upright as ingest decoded them; a
-    JPEG decoded at the smallest DCT scale still at least SIDE)."""
-    with Image.open(io.BytesIO(data)) as im:
-        if im.format == "JPEG":
-            im.draft("L", (SIDE, SIDE))
-        if getattr(im, "n_frames", 1) > 1:
-            im.seek(0)
-        im.load()
-        return grey(ImageOps.exif_transpose(im))
+    """`grey` of a stored original (made upright as ingest decoded it)."""
+    return np.asarray(fit_within(open_original(data, "L", SIDE), SIDE))
 
 
 def field_lines(reading: dict | None) -> dict[str, list[float]]:
@@ -243,7 +224,7 @@ def compare(q: np.ndarray, q_lines: dict, c: np.ndarray, c_lines: dict) -> Verdi
     each side's lines looked up on the other."""
     if not q_lines and not c_lines:
         return NOTHING
-    cv2 = _cv2()
+    cv2 = opencv()
     q_to_c, inliers = _homography(cv2, q, c)
     if q_to_c is None:
         return Verdict([], inliers)

@@ -122,3 +122,14 @@ def ingest_bytes(env: PipelineEnv, images: list[bytes], job_id: str, fields: dic
             }
         )
     return ingest.run_ingest(job, items=items, r=env.r, chroma=env.chroma, s=env.s)
+
+
+def store_original(blobs, image, quality: int = 90) -> str:
+    """`image` as a JPEG original in the blob store, as ingest keeps one; returns its blob key."""
+    import io
+
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", quality=quality)
+    key = f"images/{len(list(blobs.list('images/'))):04d}.jpg"
+    blobs.put(key, buf.getvalue())
+    return key

@@ -6,7 +6,6 @@ grey-only score fails is accepted). Pairs from tools.photolabels' tune split, sm
 
 from __future__ import annotations
 
-import io
 import random
 from dataclasses import replace
 
@@ -15,6 +14,7 @@ from PIL import Image
 
 from pipelines.ingest import pictures
 from pipelines.neardup import decision, picture
+from tests.pipelines.ingest_support import store_original
 from yana.blobs import LocalBlobStore
 
 READ = {"brand_name": "八海山", "grade": "純米吟醸", "alcohol": "15度"}
@@ -51,12 +51,7 @@ def _parts(query: Image.Image, stored: Image.Image) -> picture.Parts:
 
 
 def _store(blobs: LocalBlobStore, image: Image.Image) -> str:
-    """The image's original in the blob store, as ingest keeps it; returns its blob key."""
-    buf = io.BytesIO()
-    image.save(buf, "JPEG", quality=90)
-    key = f"images/{len(list(blobs.list('images/'))):04d}.jpg"
-    blobs.put(key, buf.getvalue())
-    return key
+    return store_original(blobs, image, quality=90)
 
 
 def _verifier(query: Image.Image, blobs: LocalBlobStore, read: dict | None = None):

@@ -6,7 +6,6 @@ split) read by the real reader (PP-OCR)."""
 
 from __future__ import annotations
 
-import io
 import random
 
 import pytest
@@ -16,6 +15,7 @@ from pipelines.ingest import pictures
 from pipelines.neardup import decision, printed
 from pipelines.read.fields import extract_fields
 from pipelines.read.ocr import read_image
+from tests.pipelines.ingest_support import store_original
 from yana.blobs import LocalBlobStore
 
 
@@ -84,11 +84,7 @@ def test_nothing_to_compare_is_no_verdict(photos):
 
 
 def _store(blobs: LocalBlobStore, image: Image.Image) -> str:
-    buf = io.BytesIO()
-    image.save(buf, "JPEG", quality=92)
-    key = f"images/{len(list(blobs.list('images/'))):04d}.jpg"
-    blobs.put(key, buf.getvalue())
-    return key
+    return store_original(blobs, image, quality=92)
 
 
 def _judge(photos, blobs, query: str, stored: str, *, drop: str, greys: bool = True) -> dict:
@@ -97,9 +93,7 @@ def _judge(photos, blobs, query: str, stored: str, *, drop: str, greys: bool = T
     (iq, rq), (ist, rs) = photos[query], photos[stored]
     said_s = {k: v for k, v in _said(rs).items() if k != drop}
     lines_s = {k: v for k, v in printed.field_lines(rs).items() if k != drop}
-    entry, _digest, _v = decision.verifier_for(
-        ist, None, 10, said=said_s, blob_key=_store(blobs, ist), lines=lines_s
-    )
+    entry, _digest, _v = decision.verifier_for(ist, None, 10, said=said_s, blob_key=_store(blobs, ist), lines=lines_s)
     store = pictures.StoredPictures(None, blobs)
     _e, _d, verify = decision.verifier_for(
         iq,
