@@ -422,9 +422,9 @@ class Verifier:
             (label, str(theirs.get("b") or ""), {k: theirs[k] for k in FIELD_KEYS if theirs.get(k)})
             for label, theirs in todo
         ]
-        for (_label, theirs), got in zip(todo, self.readings(refs), strict=True):
-            if got is not None:
-                read, said = got
+        for (_label, theirs), answer in zip(todo, self.readings(refs), strict=True):
+            if answer is not None:
+                read, said = answer
                 theirs["read"] = _read_keys(read)
                 theirs["said"] = _read_keys(said) or theirs["read"]
 

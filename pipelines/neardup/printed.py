@@ -154,8 +154,8 @@ def _homography(cv2, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray | None, i
     good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < 0.8 * p[1].distance]
     if len(good) < MIN_INLIERS:
         return None, 0
-    src = np.float32([ka[g.queryIdx].pt for g in good]) / sa
-    dst = np.float32([kb[g.trainIdx].pt for g in good]) / sb
+    src = np.array([ka[g.queryIdx].pt for g in good], np.float32) / sa
+    dst = np.array([kb[g.trainIdx].pt for g in good], np.float32) / sb
     hom, mask = cv2.findHomography(src, dst, cv2.RANSAC, 4.0 / sb, maxIters=3000, confidence=0.995)
     n_in = int(mask.sum()) if mask is not None else 0
     if hom is None or n_in < MIN_INLIERS:

@@ -281,7 +281,7 @@ def plausible(key: str, value: str | None) -> bool:
         )
         return round(ml) in _PLAUSIBLE_ML
     if key == "alcohol":
-        return bool(m) and _PLAUSIBLE_ALCOHOL[0] <= float(m.group()) <= _PLAUSIBLE_ALCOHOL[1]
+        return m is not None and _PLAUSIBLE_ALCOHOL[0] <= float(m.group()) <= _PLAUSIBLE_ALCOHOL[1]
     return True
 
 
