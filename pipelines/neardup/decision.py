@@ -334,9 +334,8 @@ class Verifier:
     def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool]]) -> None:
         """The printed-lines check's say on the candidates about to merge (pipelines.neardup.printed):
         their field lines printed otherwise vetoes, a field read off one side only included (its
-        line looked up on the other photograph), and so do lines read off both that cannot be found
-        on the other; a merge the picture made on consistent text only needs the lines compared
-        and alike (no check, no merge)."""
+        line looked up on the other photograph); a merge the picture made on consistent text only
+        needs the lines compared and alike (no check, no merge)."""
         todo, needs = [], {}
         for j, (verdict, (theirs, _label, only)) in enumerate(zip(rows, refs, strict=True)):
             if not verdict["same"]:
@@ -358,11 +357,11 @@ class Verifier:
                     self._grey = printed.grey(self.image)
                 found = printed.compare(self._grey, self.lines, stored, theirs.get("ln") or {})
             rows[j]["printed"] = found.summary()
-            veto = self._printed_veto(found, theirs, only, needs[j], stored is not None)
+            veto = self._printed_veto(found, theirs, only, needs[j])
             if veto:
                 rows[j].update(same=False, reason=rows[j]["reason"] + ", " + veto)
 
-    def _printed_veto(self, found: printed.Verdict, theirs: dict, only: bool, needs: bool, compared: bool) -> str:
+    def _printed_veto(self, found: printed.Verdict, theirs: dict, only: bool, needs: bool) -> str:
         """Why the printed-lines check keeps a candidate apart ('' when it does not)."""
         one_sided: set[str] = set()
         if only:  # the fields read off one side only: their lines looked up on the other
@@ -370,10 +369,6 @@ class Verifier:
             one_sided = mine ^ {k for k in printed.FIELDS if _read_norm(stored_said(theirs).get(k))}
         if found.differs or any(found.field_differs(k) for k in one_sided):
             return "printed lines differ"
-        if found.differs is None and compared and self.lines and theirs.get("ln"):
-            # both read field lines and not one was found on the other photograph: not one print
-            # (two photographs of one label always aligned here: tune seeds 7 + 8, 120 of 120)
-            return "printed lines not found"
         if needs and (found.differs is None or any(found.field_differs(k) is None for k in one_sided)):
             return "printed lines not compared"
         return ""
@@ -428,6 +423,30 @@ class Verifier:
                 theirs["read"] = _read_keys(read)
                 theirs["said"] = _read_keys(said) or theirs["read"]
 
+    def _judge_images(self, to_compare: list, rows: list[dict], consistent_only: list[bool]) -> None:
+        """The signature's scores of the candidates left after the vetoes, then the picture's say
+        where it applies; each candidate's verdict row updated."""
+        scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
+        # agreeing text (fields not) never loses what the strict check alone would find
+        strict_rows = [j for j, c in enumerate(to_compare) if c[4]]
+        strict = dict(
+            zip(strict_rows, verifier.verify_many(self.view, [to_compare[j][1] for j in strict_rows]), strict=True)
+        )
+        # the candidates' pictures in one call, only where the text agrees or is consistent (few)
+        refs = [c[5] for c in to_compare if c[5] is not None]
+        loaded = iter(self.pictures(refs) if refs and self.pictures is not None else [])
+        for j, ((_row, _sig, _loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
+            same = score <= limit
+            if not same and j in strict and strict[j] <= 1.0:
+                same, score = True, strict[j]
+            if ref is not None:
+                stored_picture = next(loaded)
+                # on consistent text only, the picture may join (the printed lines then confirm) but
+                # never parts what the pixels or the uploader's fields already join, as before it
+                if not (same and consistent_only[j]):
+                    same = self._picture_verdict(rows[j], same, stored_picture)
+            rows[j].update(same=same, score=round(score, 4))
+
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         parsed = [(label_id, distance, *parse_entry(entry)) for label_id, distance, entry in candidates]
         self._read_now(parsed)
@@ -460,23 +479,7 @@ class Verifier:
                 to_compare.append((len(verdicts), sig, loose, limit, text_only, ref))
                 printed_refs.append((theirs, label_id, checked and not agrees))
             verdicts.append((label_id, distance, verdict))
-        scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
-        # agreeing text (fields not) never loses what the strict check alone would find
-        strict_rows = [j for j, c in enumerate(to_compare) if c[4]]
-        strict = dict(
-            zip(strict_rows, verifier.verify_many(self.view, [to_compare[j][1] for j in strict_rows]), strict=True)
-        )
-        # the candidates' pictures in one call, only where the text agrees (usually none)
-        refs = [c[5] for c in to_compare if c[5] is not None]
-        loaded = iter(self.pictures(refs) if refs and self.pictures is not None else [])
-        for j, ((row, _sig, _loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
-            same = score <= limit
-            if not same and j in strict and strict[j] <= 1.0:
-                same, score = True, strict[j]
-            verdict = verdicts[row][2]
-            if ref is not None:
-                same = self._picture_verdict(verdict, same, next(loaded))
-            verdict.update(same=same, score=round(score, 4))
+        self._judge_images(to_compare, [verdicts[c[0]][2] for c in to_compare], [r[2] for r in printed_refs])
         self._printed_check([verdicts[c[0]][2] for c in to_compare], printed_refs)
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
