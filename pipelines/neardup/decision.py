@@ -195,11 +195,9 @@ class Pictures(Protocol):
     def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]: ...
 
 
-class Greys(Protocol):
-    """The printed-lines check's greys (printed.grey) of stored labels' originals: per (label id,
-    blob key of its original, '' when the entry has none) the grey, None when it cannot be read."""
-
-    def __call__(self, refs: list[tuple[str, str]]) -> list[np.ndarray | None]: ...
+# The printed-lines check's greys (printed.grey) of stored labels' originals: the same call as
+# Pictures, per (label id, blob key) the grey, None when it cannot be read.
+Greys = Pictures
 
 
 def make_entry(
@@ -298,9 +296,9 @@ class Verifier:
     image: Image.Image | None = field(default=None, repr=False)
     pictures: Pictures | None = field(default=None, repr=False)
     # A deferred read (OCR_MODE=auto with full uploader fields): the query is read only when it
-    # has candidates (read_query gives its (read, said), once), and candidates whose own read was
+    # has candidates (read_query gives its (read, said, field lines), once), and candidates whose own read was
     # deferred are read then (readings), so a deferred read never weakens a decision.
-    read_query: Callable[[], tuple] | None = field(default=None, repr=False)
+    read_query: Callable[[], tuple[dict, dict, dict]] | None = field(default=None, repr=False)
     readings: Readings | None = field(default=None, repr=False)
     # the printed-lines check (pipelines.neardup.printed): where the query's read fields' lines
     # are, and where the candidates' greys come from (None: no check)
@@ -331,16 +329,17 @@ class Verifier:
             return False
         return same
 
-    def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool]]) -> None:
+    def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool]], joined: set[int]) -> None:
         """The printed-lines check's say on the candidates about to merge (pipelines.neardup.printed):
         their field lines printed otherwise vetoes, a field read off one side only included (its
         line looked up on the other photograph); a merge the picture made on consistent text only
-        needs the lines compared and alike (no check, no merge)."""
+        needs the lines compared and alike (no check, no merge). `joined`: the rows the picture
+        made the same."""
         todo, needs = [], {}
         for j, (verdict, (theirs, _label, only)) in enumerate(zip(rows, refs, strict=True)):
             if not verdict["same"]:
                 continue
-            needs[j] = only and "picture agrees" in verdict["reason"]
+            needs[j] = only and j in joined
             if self.greys is not None and (self.lines or theirs.get("ln")):
                 todo.append(j)
             elif needs[j]:
@@ -404,10 +403,9 @@ class Verifier:
             return
         if self.read_query is not None:
             hook, self.read_query = self.read_query, None
-            got = hook()  # (read, said) or (read, said, field lines)
-            self.read, self.said = _query_reading(got[0], got[1])
-            if len(got) > 2:
-                self.lines = got[2] or {}
+            read, said, lines = hook()
+            self.read, self.said = _query_reading(read, said)
+            self.lines = lines or {}
         if self.readings is None or not self.said:  # nothing read off the query: nothing to compare
             return
         todo = [(label, theirs) for label, theirs in open_ if theirs.get("d")]
@@ -423,9 +421,10 @@ class Verifier:
                 theirs["read"] = _read_keys(read)
                 theirs["said"] = _read_keys(said) or theirs["read"]
 
-    def _judge_images(self, to_compare: list, rows: list[dict], consistent_only: list[bool]) -> None:
+    def _judge_images(self, to_compare: list, rows: list[dict], consistent_only: list[bool]) -> set[int]:
         """The signature's scores of the candidates left after the vetoes, then the picture's say
-        where it applies; each candidate's verdict row updated."""
+        where it applies; each candidate's verdict row updated. Returns the rows the picture made
+        the same (the grey-only score alone did not)."""
         scores = verifier.verify_many(self.view, [c[1] for c in to_compare], fields_agree=[c[2] for c in to_compare])
         # agreeing text (fields not) never loses what the strict check alone would find
         strict_rows = [j for j, c in enumerate(to_compare) if c[4]]
@@ -435,6 +434,7 @@ class Verifier:
         # the candidates' pictures in one call, only where the text agrees or is consistent (few)
         refs = [c[5] for c in to_compare if c[5] is not None]
         loaded = iter(self.pictures(refs) if refs and self.pictures is not None else [])
+        joined: set[int] = set()
         for j, ((_row, _sig, _loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
             same = score <= limit
             if not same and j in strict and strict[j] <= 1.0:
@@ -444,8 +444,11 @@ class Verifier:
                 # on consistent text only, the picture may join (the printed lines then confirm) but
                 # never parts what the pixels or the uploader's fields already join, as before it
                 if not (same and consistent_only[j]):
-                    same = self._picture_verdict(rows[j], same, stored_picture)
+                    before, same = same, self._picture_verdict(rows[j], same, stored_picture)
+                    if same and not before:
+                        joined.add(j)
             rows[j].update(same=same, score=round(score, 4))
+        return joined
 
     def __call__(self, candidates: list[tuple[str, int, str | None]]) -> Match | None:
         parsed = [(label_id, distance, *parse_entry(entry)) for label_id, distance, entry in candidates]
@@ -479,8 +482,9 @@ class Verifier:
                 to_compare.append((len(verdicts), sig, loose, limit, text_only, ref))
                 printed_refs.append((theirs, label_id, checked and not agrees))
             verdicts.append((label_id, distance, verdict))
-        self._judge_images(to_compare, [verdicts[c[0]][2] for c in to_compare], [r[2] for r in printed_refs])
-        self._printed_check([verdicts[c[0]][2] for c in to_compare], printed_refs)
+        rows = [verdicts[c[0]][2] for c in to_compare]
+        joined = self._judge_images(to_compare, rows, [r[2] for r in printed_refs])
+        self._printed_check(rows, printed_refs, joined)
         best: Match | None = None
         for label_id, distance, verdict in verdicts:
             self.judged.append({"label_id": label_id, "distance": distance, **verdict})
@@ -502,7 +506,7 @@ def verifier_for(
     said: dict | None = None,
     blob_key: str = "",
     pictures: Pictures | None = None,
-    read_query: Callable[[], tuple] | None = None,
+    read_query: Callable[[], tuple[dict, dict, dict]] | None = None,
     readings: Readings | None = None,
     lines: dict | None = None,
     greys: Greys | None = None,
@@ -513,7 +517,7 @@ def verifier_for(
     its original is stored (kept in the entry, so later verifiers can read its picture);
     `pictures`: where the candidates' pictures come from, for the aligned picture check
     (NEARDUP_PICTURE_CHECK; None: no check). `read_query`: the query's read was deferred; it is
-    read (this gives its (read, said)) only if it has candidates, and the entry says it was not
+    read (this gives its (read, said, field lines)) only if it has candidates, and the entry says it was not
     read; `readings`: where candidates whose read was deferred are read. `lines`: where the read
     fields' lines are on this image (printed.field_lines, kept in the entry); `greys`: where the
     candidates' greys come from, for the printed-lines check (None: no check)."""
