@@ -7,7 +7,7 @@ the texts a cold request embedded, and the next request after the follow-up job;
 HTTP floor; the load average beside the numbers.
 
     .venv/bin/python bench/retrieve_latency.py [--quick] [--sizes 20,510] [--warm 40] [--cold 20]
-        [--embed-jobs-max N] [--worker-concurrency N]
+        [--embed-jobs-max N] [--worker-concurrency N] [--embed-job-parallel N]
 
 Documents are the eval sets' paragraphs (bench/evalsets/retrieve/*/corpus.jsonl, in file order),
 one document each; the queries are the questions answered inside the first N paragraphs (all
@@ -19,7 +19,8 @@ computed by bench/retrieve_eval.py with the same model) or by embedding. Issue 2
 Cold requests are sent back to back, so the follow-up jobs of earlier ones share the cores with
 the next; `--embed-jobs-max` sets RETRIEVE_EMBED_JOBS_MAX (follow-up jobs in flight at once) in the
 stack's API, e.g. the default 1 against 1000 (no cap) in the same session; `--worker-concurrency`
-the worker's pool (1 by default; `yana up` on 2 cores runs 2, so two follow-up jobs at once).
+the worker's pool (1 by default; `yana up` on 2 cores runs 2, so two follow-up jobs at once);
+`--embed-job-parallel` the threads each follow-up job embeds from (RETRIEVE_EMBED_JOB_PARALLEL).
 """
 
 from __future__ import annotations
@@ -147,6 +148,12 @@ def main() -> None:
         help="RETRIEVE_EMBED_JOBS_MAX for the stack's API (default: the setting as configured)",
     )
     ap.add_argument("--worker-concurrency", type=int, default=1, help="the stack worker's pool processes")
+    ap.add_argument(
+        "--embed-job-parallel",
+        type=int,
+        default=None,
+        help="RETRIEVE_EMBED_JOB_PARALLEL: threads a follow-up embedding job embeds from (default: the setting)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.warm, args.cold = "20", 4, 2
@@ -160,6 +167,8 @@ def main() -> None:
         env = {"SEARCH_WARM_ON_START": "false"}
         if args.embed_jobs_max is not None:
             env["RETRIEVE_EMBED_JOBS_MAX"] = str(args.embed_jobs_max)
+        if args.embed_job_parallel is not None:
+            env["RETRIEVE_EMBED_JOB_PARALLEL"] = str(args.embed_job_parallel)
         stack = start_stack(Path(tmp), chroma=False, worker=False, **env)
         try:
             stack.start_worker(concurrency=args.worker_concurrency)
@@ -177,10 +186,12 @@ def main() -> None:
 
     s = get_settings()
     jobs_max = s.retrieve_embed_jobs_max if args.embed_jobs_max is None else args.embed_jobs_max
+    job_threads = s.retrieve_embed_job_parallel if args.embed_job_parallel is None else args.embed_job_parallel
     print(
         f"GET /v1/health (floor): p50 {pct(health, 50):.1f} ms; RETRIEVE_EMBED_BUDGET_MS {s.retrieve_embed_budget_ms}"
         f" (+8 ms a KB, at most RETRIEVE_EMBED_BUDGET_MAX_MS {s.retrieve_embed_budget_max_ms});"
         f" RETRIEVE_EMBED_PARALLEL {s.retrieve_embed_parallel}; RETRIEVE_EMBED_JOBS_MAX {jobs_max};"
+        f" RETRIEVE_EMBED_JOB_PARALLEL {job_threads};"
         f" worker pool {args.worker_concurrency}"
     )
     print(

@@ -192,6 +192,9 @@ class Settings(BaseSettings):
     # core, and piled-up jobs take the cores from the next cold request (~40 % fewer texts embedded
     # in its budget) and queue ahead of respond-async retrieves. 0: no follow-up jobs.
     retrieve_embed_jobs_max: int = Field(default=1, ge=0)
+    # Threads a follow-up embedding job embeds from: 1, so that on 2 cores a cold request beside
+    # it keeps a core for its own budget (bench/retrieve_latency.py --embed-job-parallel).
+    retrieve_embed_job_parallel: int = Field(default=1, ge=1)
     # Over either cap the whole retrieve runs as a job (202), as with `Prefer: respond-async`.
     retrieve_max_sync_bytes: int = 5 * 1024 * 1024
     retrieve_max_sync_chunks: int = 5000

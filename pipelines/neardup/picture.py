@@ -19,10 +19,14 @@ at a larger picture of both:
      (another palette);
    - structure: per cell 1 - the correlation of the blurred greys at the cell's best shift of up
      to SHIFT px around the homography (which, fitted on the text, leaves the label's edges a
-     pixel or two off), regularised by FLAT so that a cell flat in both is the same and one flat
-     in only one is not; the mean of the worst WORST cells minus the median cell (a typeface, a
-     frame line, an ornament lives in a few cells; glare and blur of a re-photograph lower every
-     cell alike); both greys with their slowly varying light (SMOOTH_LIGHT) taken out first.
+     pixel or two off), regularised by FLAT: (cov + c) / (std x std + c), so a cell flat in
+     either photograph counts as the same (only cells textured in both are compared: a thin frame
+     line or a seal on flat paper in one and not the other is not seen); the mean of the worst
+     WORST cells minus the median cell (a typeface lives in a few cells; glare and blur of a
+     re-photograph lower every cell alike); both greys with their slowly varying light
+     (SMOOTH_LIGHT) taken out first. Measured and not adopted (2026-11-27, docs/ocr.md): SSIM's
+     contrast-structure term, which sees a mark on flat paper, over a box widened to 30 % with the
+     colour kept to the inner box.
 
 What it does not see: a frame or ornament outside the widened box of the text (an edition in the
 same palette that differs only there passes); a product line's labels (one design, another
@@ -243,7 +247,7 @@ def _grid_parts(cv2, warped: np.ndarray, cand: np.ndarray, valid: np.ndarray, bo
 def _cell_decor(cv2, gq: np.ndarray, cell: np.ndarray, y: int, x: int, c: float) -> float:
     """1 - the cell's structural correlation with the query at the best shift of up to SHIFT px (what
     a homography from the label's text leaves misaligned elsewhere), regularised by c: a cell flat
-    in both is the same, one flat and the other textured is not."""
+    in either photograph comes out the same (cov and std x std both near 0 against c)."""
     h, w = cell.shape
     y0, x0 = max(0, y - SHIFT), max(0, x - SHIFT)
     region = gq[y0 : min(gq.shape[0], y + h + SHIFT), x0 : min(gq.shape[1], x + w + SHIFT)]

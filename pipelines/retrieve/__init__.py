@@ -264,13 +264,17 @@ def retrieve(
 
 def embed_chunk_texts(texts: list[str], progress=None) -> dict:
     """Embed (and cache) chunk texts in batches; the follow-up of a request that ran out of time.
-    However it ends, its place among the follow-up jobs in flight (RETRIEVE_EMBED_JOBS_MAX) is freed."""
+    However it ends, its place among the follow-up jobs in flight (RETRIEVE_EMBED_JOBS_MAX) is freed.
+    It embeds from RETRIEVE_EMBED_JOB_PARALLEL threads (1: a cold request beside it keeps a core)."""
+    from yana.settings import get_settings
+
     done = 0
     batch = 64
+    threads = get_settings().retrieve_embed_job_parallel
     try:
         for s in range(0, len(texts), batch):
             part = texts[s : s + batch]
-            passage_vectors(part, deadline=None)
+            passage_vectors(part, deadline=None, parallel=threads)
             done += len(part)
             if progress is not None:
                 progress("embed", done, len(texts))

@@ -116,10 +116,12 @@ def _redis():
     return get_redis()
 
 
-def passage_vectors(texts: list[str], *, deadline: float | None = None, r=None) -> PassageVectors:
+def passage_vectors(
+    texts: list[str], *, deadline: float | None = None, r=None, parallel: int | None = None
+) -> PassageVectors:
     """Vectors of `texts` from the cache; the missing ones embedded (and stored) in batches while
-    time.monotonic() stays under `deadline` (None: all of them). Redis trouble means no cache, not
-    a failure."""
+    time.monotonic() stays under `deadline` (None: all of them), from `parallel` threads (None:
+    RETRIEVE_EMBED_PARALLEL). Redis trouble means no cache, not a failure."""
     s = get_settings()
     ttl = s.retrieve_cache_ttl_s
     if r is None and ttl > 0:
@@ -135,7 +137,7 @@ def passage_vectors(texts: list[str], *, deadline: float | None = None, r=None) 
         deadline=deadline,
         ttl=ttl,
         stats_key=STATS_KEY,
-        parallel=s.retrieve_embed_parallel,
+        parallel=s.retrieve_embed_parallel if parallel is None else parallel,
     )
     return PassageVectors(got.vectors, got.present, int(got.cached.sum()), got.embedded, got.cached)
 

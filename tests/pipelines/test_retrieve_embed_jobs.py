@@ -91,3 +91,44 @@ def test_a_start_that_fails_frees_its_place_and_its_guard(redis_client, in_fligh
         V.claim_embed_job(redis_client, texts, broken_start, cap=1)
     assert redis_client.zcard(in_flight_key) == 0 and not redis_client.exists(_guard(texts))
     assert V.claim_embed_job(redis_client, texts, FakeStart(), cap=1).status == V.QUEUED
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_follow_up_job_embeds_from_its_own_number_of_threads(redis_client, in_flight_key, monkeypatch, threads):
+    """RETRIEVE_EMBED_JOB_PARALLEL (default 1): a follow-up job runs the encoder from that many
+    threads at once, so on two cores a cold request beside it keeps one (2: the instrument sees
+    two runs at once, so the default's one is a real limit, not the encoder's)."""
+    import threading
+
+    from pipelines.embedding import backends as embedding
+    from pipelines.retrieve import embed_chunk_texts
+    from yana.settings import get_settings
+
+    monkeypatch.setenv("RETRIEVE_EMBED_MODEL", embedding.INT8_DEFAULT_MODEL)
+    if threads != 1:
+        monkeypatch.setenv("RETRIEVE_EMBED_JOB_PARALLEL", str(threads))
+    get_settings.cache_clear()
+    try:
+        assert get_settings().retrieve_embed_job_parallel == threads
+        emb = V.embedder()
+        assert emb.concurrent_runs >= 2, "one encoder run at a time on this machine: nothing to limit"
+        live, peak, lock = [0], [0], threading.Lock()
+        real = emb.embed_passages
+
+        def counted(texts, *args, **kwargs):
+            with lock:
+                live[0] += 1
+                peak[0] = max(peak[0], live[0])
+            try:
+                return real(texts, *args, **kwargs)
+            finally:
+                with lock:
+                    live[0] -= 1
+
+        monkeypatch.setattr(emb, "embed_passages", counted)
+        tag = uuid.uuid4().hex
+        texts = [f"後続の埋め込み {tag} その{i} " + "純米吟醸の香り。" * (1 + i % 4) for i in range(48)]
+        assert embed_chunk_texts(texts) == {"embedded": len(texts)}
+        assert peak[0] == threads
+    finally:
+        get_settings.cache_clear()
