@@ -71,7 +71,8 @@ def _text_match(r, said: dict[str, str], hit: dict) -> bool:
     if neardup.read_conflict(said, stored):
         return False
     return any(
-        k != "brand_name" and neardup.read_conflict({k: v}, stored) is None and stored.get(k) for k, v in said.items()
+        k != "brand_name" and stored.get(k) and neardup.read_value(stored.get(k)) == neardup.read_value(v)
+        for k, v in said.items()
     )
 
 

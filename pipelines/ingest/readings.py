@@ -164,18 +164,27 @@ def identity_fields(
     reading: dict | None, given: dict | None = None, min_confidence: float = IDENTITY_MIN_CONFIDENCE
 ) -> dict[str, str]:
     """{field: value} of a reading for the near-duplicate decision: the ones read at least this
-    surely, and none the uploader gave (their value is compared as the uploader's field)."""
+    surely, and none the uploader gave (their value is compared as the uploader's field). A
+    printed number whose digits the recogniser was unsure of carries the other values it may be,
+    after a MAYBE_SEP ("56%|55%": pipelines.read.fields._digit_maybes; the decision reads the
+    first as the value and the rest as what it might also be)."""
+    from pipelines.neardup.decision import MAYBE_SEP
     from pipelines.read.fields import plausible
 
     given = given or {}
-    return {
-        k: str(f.get("value"))
-        for k, f in ((reading or {}).get("fields") or {}).items()
-        if f.get("value")
-        and not given.get(k)
-        and float(f.get("confidence") or 0.0) >= min_confidence
-        and plausible(k, f.get("value"))  # a misread number (5002ml) says nothing about identity
-    }
+    maybe = (reading or {}).get("maybe") or {}
+    out = {}
+    for k, f in ((reading or {}).get("fields") or {}).items():
+        value = f.get("value")
+        if (
+            value
+            and not given.get(k)
+            and float(f.get("confidence") or 0.0) >= min_confidence
+            and plausible(k, value)  # a misread number (5002ml) says nothing about identity
+        ):
+            others = [str(v) for v in maybe.get(k) or () if v != value and plausible(k, v) and MAYBE_SEP not in str(v)]
+            out[k] = MAYBE_SEP.join([str(value), *others])
+    return out
 
 
 def said_fields(reading: dict | None, given: dict | None = None) -> dict[str, str]:

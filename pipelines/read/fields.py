@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import re
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -238,26 +238,54 @@ def _clean_digits(text: str) -> str:
     return re.sub(r"(?<=\d)[oOＯ〇](?=\d|%|度|ml|m)|(?<=[^a-zA-Z])[oO](?=\d)", "0", t)
 
 
-def _numbers(lines: list[Line], out: dict[str, Field]) -> None:
+def _digit_maybes(ln: Line, t: str, m: re.Match, fmt) -> tuple[str, ...]:
+    """The other values the number in m.group(1) (a match in `t`, the line's text with its digits
+    cleaned) may be: one digit swapped for the digit the recogniser found likeliest after it there
+    (`Line.alternatives`: 56% read where it also saw a 5). Formatted by `fmt`, which gives "" for
+    a number that is no value. () when the line's characters cannot be mapped. Not offered: a
+    repeated digit CTC read once (55% as 5%); on tune seed 8 that let an edition through whose
+    one-digit misread had kept it apart (the picture passes it)."""
+    s, e = m.span(1)
+    raw = m.group(1)
+    alts = ln.alternatives if len(ln.alternatives) == len(ln.text) == len(t) else ()
+    out: list[str] = []
+    for i in range(s, e):
+        if not (t[i].isdigit() and alts and alts[i]):
+            continue
+        d = unicodedata.normalize("NFKC", alts[i][0])
+        value = fmt(raw[: i - s] + d + raw[i - s + 1 :]) if d.isdigit() and d != t[i] else ""
+        if value and value not in out:
+            out.append(value)
+    return tuple(out)
+
+
+def _seimai_value(v: str) -> str:
+    return f"{int(float(v))}%" if float(v) <= 100 else ""
+
+
+def _alcohol_value(v: str, unit: str) -> str:
+    return f"{v[:-2] if v.endswith('.0') else v}{unit}"
+
+
+def _numbers(lines: list[Line], out: dict[str, Field], maybe: dict[str, tuple[str, ...]]) -> None:
     for ln in lines:
         t = _clean_digits(ln.text)
         tk = t.replace("ー", "ー").replace("一", "ー")
         if "seimai" not in out:
             m = _SEIMAI.search(t)
             if m:
-                out["seimai"] = Field(f"{int(float(m.group(1)))}%", "ocr", 0.9 * ln.confidence, ln.text)
+                out["seimai"] = Field(_seimai_value(m.group(1)), "ocr", 0.9 * ln.confidence, ln.text)
+                maybe["seimai"] = _digit_maybes(ln, t, m, _seimai_value)
         if "alcohol" not in out:
             m = _ALCOHOL.search(tk) or _ALCOHOL.search(t.replace("-", "ー"))
+            conf, unit = 0.9, m.group(2) if m else ""
+            if not m and (m := _ALCOHOL_MISREAD.search(tk)):
+                conf, unit = 0.6, m.group(2) or "度"
             if m:
-                v = m.group(1)
-                v = v[:-2] if v.endswith(".0") else v
-                out["alcohol"] = Field(f"{v}{m.group(2)}", "ocr", 0.9 * ln.confidence, ln.text)
-            elif m := _ALCOHOL_MISREAD.search(tk):
-                v = m.group(1)
-                v = v[:-2] if v.endswith(".0") else v
-                out["alcohol"] = Field(f"{v}{m.group(2) or '度'}", "ocr", 0.6 * ln.confidence, ln.text)
+                out["alcohol"] = Field(_alcohol_value(m.group(1), unit), "ocr", conf * ln.confidence, ln.text)
+                maybe["alcohol"] = _digit_maybes(ln, tk, m, lambda v, u=unit: _alcohol_value(v, u))
         if "volume" not in out:
-            _volume(ln, t, out)
+            _volume(ln, t, out, maybe)
 
 
 # What a label can print, for identity: a bottle's volume (the standard sizes above, and the wine
@@ -285,7 +313,17 @@ def plausible(key: str, value: str | None) -> bool:
     return True
 
 
-def _volume(ln: Line, t: str, out: dict[str, Field]) -> None:
+def _volume_value(v: str, unit: str) -> str:
+    """A read number and unit as 内容量 ("" when it is none)."""
+    v = v[:-2] if v.endswith(".0") else v
+    if unit == "l" and float(v) >= 10:  # 720l: no bottle holds that, the m was lost
+        unit = "ml"
+    if unit == "ml" and float(v) < 50:  # 1.8ml, 5ml: a litre count, or not a volume
+        unit = "l" if "." in v else ""
+    return f"{v}{unit}" if unit else ""
+
+
+def _volume(ln: Line, t: str, out: dict[str, Field], maybe: dict[str, tuple[str, ...]]) -> None:
     """内容量 on line `ln` (its digits cleaned: `t`), when one is there."""
     m = _VOLUME_LABELED.search(t)
     conf = 0.9
@@ -298,14 +336,10 @@ def _volume(ln: Line, t: str, out: dict[str, Field]) -> None:
         return
     unit = ((m.group(2) if m.re.groups > 1 else None) or "ml").lower()
     unit = {"リットル": "l", "ミリリットル": "ml", "m": "ml", "mi": "ml", "m1": "ml"}.get(unit, unit)
-    v = m.group(1)
-    v = v[:-2] if v.endswith(".0") else v
-    if unit == "l" and float(v) >= 10:  # 720l: no bottle holds that, the m was lost
-        unit = "ml"
-    if unit == "ml" and float(v) < 50:  # 1.8ml, 5ml: a litre count, or not a volume
-        unit = "l" if "." in v else ""
-    if unit:
-        out["volume"] = Field(f"{v}{unit}", "ocr", conf * ln.confidence, ln.text)
+    value = _volume_value(m.group(1), unit)
+    if value:
+        out["volume"] = Field(value, "ocr", conf * ln.confidence, ln.text)
+        maybe["volume"] = _digit_maybes(ln, t, m, lambda v: _volume_value(v, unit))
 
 
 def _keyed(ln: Line) -> tuple[str, list[str]]:
@@ -595,15 +629,23 @@ def _product(lines: list[Line], out: dict[str, Field]) -> None:
 class Extraction:
     fields: dict[str, Field]
     label_features: tuple[str, ...]
+    # per printed number (seimai, alcohol, volume): the other values its digits may be read as
+    # (`_digit_maybes`), for identity only: two photographs whose numbers differ only there are
+    # not told apart by the read text (pipelines.neardup.decision)
+    maybe: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def values(self) -> dict[str, str]:
         return {k: f.value for k, f in self.fields.items()}
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "fields": {k: f.to_dict() for k, f in self.fields.items()},
             "label_features": list(self.label_features),
         }
+        maybe = {k: list(v) for k, v in self.maybe.items() if v and k in self.fields}
+        if maybe:
+            out["maybe"] = maybe
+        return out
 
 
 def extract_fields(source: Reading | str | list[str]) -> Extraction:
@@ -611,13 +653,14 @@ def extract_fields(source: Reading | str | list[str]) -> Extraction:
     lines = _lines(source)
     out: dict[str, Field] = {}
     features: list[str] = []
+    maybe: dict[str, tuple[str, ...]] = {}
     if not lines:
         return Extraction({}, ())
-    _numbers(lines, out)
+    _numbers(lines, out, maybe)
     _grade(lines, out)
     _places(lines, out)
     _brewery(lines, out)
     _brand(lines, out)
     _features(lines, out, features)
     _product(lines, out)
-    return Extraction(out, tuple(features))
+    return Extraction(out, tuple(features), maybe)

@@ -172,3 +172,33 @@ def test_values_read_unsurely_agree_but_only_sure_ones_veto():
     # entries written before "said" existed compare on their sure part
     _sig, theirs = decision.parse_entry(decision.make_entry(b"\0" * 3072, None, sure))
     assert decision.stored_said(theirs) == {k: decision._read_norm(v) for k, v in sure.items()}
+
+
+def test_numbers_that_may_be_read_as_one_another_neither_agree_nor_veto():
+    """56% read where the recogniser also saw a 5, against 55%: no conflict (a misread must not
+    part two photographs of one label), but no agreement either (two labels of a product line may
+    differ in exactly that digit): the text is only consistent, and the field's printed line must
+    be compared alike before a merge (decision.maybe_differs)."""
+    a = {"brand_name": "白乃雫", "seimai": "56%|55%", "alcohol": "18度"}
+    b = {"brand_name": "白乃雫", "seimai": "55%", "alcohol": "18度"}
+    assert decision.read_conflict(a, b, decision.SAID_VETO_KEYS) is None
+    assert not decision.text_agrees(a, b) and decision.text_consistent(a, b)
+    assert decision.maybe_differs(a, b) == {"seimai"}
+    other = {"brand_name": "白乃雫", "seimai": "60%", "alcohol": "18度"}
+    assert decision.read_conflict(a, other, decision.SAID_VETO_KEYS) == "seimai"
+    assert not decision.text_consistent(a, other) and not decision.maybe_differs(a, other)
+    assert decision.text_agrees(a, {**b, "seimai": "56%"}), "the value itself is the first"
+    assert decision.read_value("56%|55%") == "56%"
+
+
+def test_a_number_that_may_be_another_never_merges_unconfirmed():
+    """The same photograph resized (the pixels join it) with a number read as values that may be
+    one another: without its printed line compared (no printed-lines check here) it is not merged,
+    where two equal numbers merge as before."""
+    a, _b = _photos(1)
+    smaller = a.resize((a.width * 3 // 4, a.height * 3 // 4))
+    base = {"brand_name": "白乃雫", "alcohol": "18度"}
+    same, _row = _judge_said(smaller, a, ({}, {**base, "seimai": "55%"}), ({}, {**base, "seimai": "55%"}))
+    assert same is not None
+    maybe, row = _judge_said(smaller, a, ({}, {**base, "seimai": "56%|55%"}), ({}, {**base, "seimai": "55%"}))
+    assert maybe is None and row["reason"].endswith("printed lines not compared"), row

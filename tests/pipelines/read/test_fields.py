@@ -215,3 +215,24 @@ def test_only_values_a_label_can_print_count_for_identity():
     # a misread number neither vetoes nor agrees: it is left out of what identity compares
     assert identity_fields(reading) == {"alcohol": "16度"}
     assert said_fields(reading) == {"alcohol": "16度"}
+
+
+def test_a_printed_number_keeps_the_values_its_digits_may_be():
+    """Where the recogniser was unsure of a digit and offered another there (Line.alternatives), the
+    number keeps the values it may be (`maybe`, for identity only); identity_fields carries them
+    after the value."""
+    from pipelines.ingest.readings import identity_fields
+
+    # 精米歩合56%: at the 6 the recogniser also saw a 5 (a line seen on the tune photographs)
+    alts = ("", "", "", "", "", "5", "")
+    line = Line("精米歩合56%", ((0, 0), (300, 0), (300, 20), (0, 20)), 0.9, False, 0, alts)
+    ex = extract_fields(Reading((line,), "ppocr"))
+    assert ex.fields["seimai"].value == "56%" and "55%" in ex.maybe["seimai"]
+    sure_digit = extract_fields(Reading((Line("精米歩合5%", line.box, 0.9, False, 0, ("",) * 6),), "ppocr"))
+    assert not sure_digit.maybe.get("seimai"), "no digit offered: nothing else it may be"
+    sure = extract_fields(Reading((Line("内容量720ml", line.box, 0.95, False, 0, ("",) * 8),), "ppocr"))
+    assert sure.fields["volume"].value == "720ml"
+    said = identity_fields({**sure.to_dict()}, min_confidence=0.0)
+    assert said["volume"] == "720ml"
+    assert identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")[:1] == ["56%"]
+    assert "55%" in identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")
