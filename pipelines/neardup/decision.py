@@ -117,32 +117,26 @@ def read_value(value) -> str:
     return _read_norm(value).split(MAYBE_SEP)[0]
 
 
-def _maybe_equal(x, y) -> bool:
-    """Two read values, one of which may be read as the other (or both as a third)."""
-    a = {v for v in _read_norm(x).split(MAYBE_SEP) if v}
-    return bool(a & {v for v in _read_norm(y).split(MAYBE_SEP) if v})
+def _relation(x, y) -> str:
+    """How two read values of one field compare: "" (not read on both sides), "same", "maybe"
+    (they differ, but one may be read as the other, or both as a third) or "differs"."""
+    xs, ys = _read_norm(x).split(MAYBE_SEP), _read_norm(y).split(MAYBE_SEP)
+    if not xs[0] or not ys[0]:
+        return ""
+    if xs[0] == ys[0]:
+        return "same"
+    return "maybe" if (set(xs) & set(ys)) - {""} else "differs"
 
 
 def read_conflict(a: dict, b: dict, keys: tuple[str, ...] = READ_KEYS) -> str | None:
     """The first read field (of `keys`) both readings give and that differs, or None. Values that
     may be read as one another (MAYBE_SEP) do not differ here."""
-    for k in keys:
-        x, y = read_value(a.get(k)), read_value(b.get(k))
-        if x and y and x != y and not _maybe_equal(a.get(k), b.get(k)):
-            return k
-    return None
+    return next((k for k in keys if _relation(a.get(k), b.get(k)) == "differs"), None)
 
 
 def maybe_differs(a: dict, b: dict) -> set[str]:
     """The fields both readings give that differ only as values that may be read as one another."""
-    return {
-        k
-        for k in READ_KEYS
-        if read_value(a.get(k))
-        and read_value(b.get(k))
-        and read_value(a.get(k)) != read_value(b.get(k))
-        and _maybe_equal(a.get(k), b.get(k))
-    }
+    return {k for k in READ_KEYS if _relation(a.get(k), b.get(k)) == "maybe"}
 
 
 def text_agrees(a: dict, b: dict) -> bool:
@@ -366,13 +360,14 @@ class Verifier:
         line looked up on the other photograph); a merge the picture made on consistent text only
         needs the lines compared and alike (no check, no merge). `joined`: the rows the picture
         made the same."""
-        todo, needs = [], {}
+        todo, needs, uncertain = [], {}, {}
         for j, (verdict, (theirs, _label, only)) in enumerate(zip(rows, refs, strict=True)):
             if not verdict["same"]:
                 continue
             # a number read as values that may be one another is confirmed by its printed line
             # whatever joined the pair (a product line's labels pass the pixel check)
-            needs[j] = (only and j in joined) or bool(maybe_differs(self.said, stored_said(theirs)))
+            uncertain[j] = maybe_differs(self.said, stored_said(theirs)) & set(printed.FIELDS)
+            needs[j] = (only and j in joined) or bool(uncertain[j])
             if self.greys is not None and (self.lines or theirs.get("ln")):
                 todo.append(j)
             elif needs[j]:
@@ -389,18 +384,17 @@ class Verifier:
                     self._grey = printed.grey(self.image)
                 found = printed.compare(self._grey, self.lines, stored, theirs.get("ln") or {})
             rows[j]["printed"] = found.summary()
-            veto = self._printed_veto(found, theirs, only, needs[j])
+            veto = self._printed_veto(found, theirs, only, needs[j], uncertain[j])
             if veto:
                 rows[j].update(same=False, reason=rows[j]["reason"] + ", " + veto)
 
-    def _printed_veto(self, found: printed.Verdict, theirs: dict, only: bool, needs: bool) -> str:
-        """Why the printed-lines check keeps a candidate apart ('' when it does not)."""
-        one_sided: set[str] = set()
+    def _printed_veto(self, found: printed.Verdict, theirs: dict, only: bool, needs: bool, uncertain: set[str]) -> str:
+        """Why the printed-lines check keeps a candidate apart ('' when it does not). `uncertain`:
+        the fields read as values that may be one another, whose lines must be printed alike."""
+        one_sided = set(uncertain)
         if only:  # the fields read off one side only: their lines looked up on the other
             mine = {k for k in printed.FIELDS if read_value(self.said.get(k))}
-            one_sided = mine ^ {k for k in printed.FIELDS if read_value(stored_said(theirs).get(k))}
-        # and those read as values that may be one another (whatever joined the pair)
-        one_sided |= maybe_differs(self.said, stored_said(theirs)) & set(printed.FIELDS)
+            one_sided |= mine ^ {k for k in printed.FIELDS if read_value(stored_said(theirs).get(k))}
         if found.differs or any(found.field_differs(k) for k in one_sided):
             return "printed lines differ"
         if needs and (found.differs is None or any(found.field_differs(k) is None for k in one_sided)):

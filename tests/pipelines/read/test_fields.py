@@ -232,7 +232,7 @@ def test_a_printed_number_keeps_the_values_its_digits_may_be():
     assert not sure_digit.maybe.get("seimai"), "no digit offered: nothing else it may be"
     sure = extract_fields(Reading((Line("内容量720ml", line.box, 0.95, False, 0, ("",) * 8),), "ppocr"))
     assert sure.fields["volume"].value == "720ml"
-    said = identity_fields({**sure.to_dict()}, min_confidence=0.0)
+    said = identity_fields(sure.to_dict(), min_confidence=0.0)
     assert said["volume"] == "720ml"
     assert identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")[:1] == ["56%"]
     assert "55%" in identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")
