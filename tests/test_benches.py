@@ -53,6 +53,7 @@ TINY = {
     "failover_recovery.py": ["--runs", "1", "--labels", "16", "--kill-after", "5"],
     "memo_latency.py": ["--memos", "200", "--saves", "3", "--queries", "5", "--turns", "5"],
     "picture_pairs.py": ["--labels", "2", "--families", "1", "--per-family", "2", "--rule"],
+    "photo_search_eval.py": ["--quick"],
     "phash_lookup.py": ["--sizes", "2000", "--queries", "50", "--redis-ops", "20", "--labels", "20"],
     "reembed_swap.py": ["--n", "12"],
     "search_eval.py": ["--seeds", "0", "--labels", "120"],
