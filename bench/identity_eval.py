@@ -298,7 +298,17 @@ def main() -> int:
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
+    ap.add_argument(
+        "--brush-face",
+        default="",
+        help="draw every brand in this face (a path under /usr/share/fonts), e.g. a check set in neither split:"
+        " truetype/kouzan-mouhitsu/kouzan-mouhitsu-gyosho.ttf",
+    )
     args = ap.parse_args()
+    if args.brush_face:
+        from tools.photolabels.render import FONTS
+
+        FONTS[args.split]["brush"] = [args.brush_face]
     if args.quick:
         args.labels, args.families, args.per_family = 3, 1, 2
     os.environ.setdefault("OMP_NUM_THREADS", "1")
