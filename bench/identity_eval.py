@@ -257,6 +257,14 @@ def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]
     return rows
 
 
+def _use_brush_face(split: str, face: str) -> None:
+    """Every brand of `split` drawn in `face` (a check set in neither split's faces)."""
+    if face:
+        from tools.photolabels.render import FONTS
+
+        FONTS[split]["brush"] = [face]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
@@ -305,10 +313,7 @@ def main() -> int:
         " truetype/kouzan-mouhitsu/kouzan-mouhitsu-gyosho.ttf",
     )
     args = ap.parse_args()
-    if args.brush_face:
-        from tools.photolabels.render import FONTS
-
-        FONTS[args.split]["brush"] = [args.brush_face]
+    _use_brush_face(args.split, args.brush_face)
     if args.quick:
         args.labels, args.families, args.per_family = 3, 1, 2
     os.environ.setdefault("OMP_NUM_THREADS", "1")

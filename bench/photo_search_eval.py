@@ -145,7 +145,9 @@ def main() -> int:
 
     t0 = time.monotonic()
     data = build(args.split, args.seed, args.n)
-    print(f"generated {len(data)} {args.split} photographs (seed {args.seed}) in {time.monotonic() - t0:.1f}s", flush=True)
+    print(
+        f"generated {len(data)} {args.split} photographs (seed {args.seed}) in {time.monotonic() - t0:.1f}s", flush=True
+    )
     load0 = os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory() as tmp_s:
