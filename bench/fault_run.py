@@ -119,6 +119,18 @@ class System:
         children = main.children() if main else []
         return children[0] if children else None
 
+    def tails(self, lines: int = 25) -> str:
+        """The last lines of `yana up`'s own output (restarts, backoff) and of each child's log:
+        printed when the run fails, so a failure in CI says what the system was doing."""
+        out = []
+        for path in [self.data_dir / "up.out", *sorted((self.data_dir / "logs").glob("*.log"))]:
+            try:
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            out.append(f"--- {path.name} (last {len(text)} lines)\n" + "\n".join(text))
+        return "\n".join(out)
+
     def stop(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -310,6 +322,9 @@ def main() -> None:
             while time.monotonic() < end and {d["payload"]["data"]["id"] for d in receiver.deliveries} < set(accepted):
                 time.sleep(1)
             report(args, rows, accepted, jobs, items, receiver, system, run, outage)
+        except RuntimeError:
+            print(f"load average {os.getloadavg()}\n{system.tails()}", file=sys.stderr, flush=True)
+            raise
         finally:
             system.stop()
             receiver.close()

@@ -45,7 +45,7 @@ def build(split: str, seed: int, n: int) -> list[dict]:
     out = []
     for smp in generate(n, seed, split):
         buf = io.BytesIO()
-        smp.image.convert("RGB").save(buf, "JPEG", quality=90)
+        smp.image.save(buf, "JPEG", quality="keep")  # the photograph's bytes as photolabels encoded them
         out.append({"key": smp.key, "spec": smp.spec, "data": buf.getvalue()})
     return out
 
