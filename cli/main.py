@@ -240,15 +240,24 @@ def _prepare(env: dict) -> None:
         console.print("[yellow]the one-time builds failed (see above); the worker will retry them as it starts[/]")
 
 
+# How long a restarted child has to become healthy before it counts as another crash.
+RESTART_HEALTH_S = 120.0
+
+
 def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
     """Watch the children until stopped: restart a dead one with backoff; give up (exit code 1)
-    when one keeps crashing."""
+    when one keeps crashing. A restarted child is watched for health in this same loop, never
+    waited on: a worker coming back needs Redis to report healthy, so waiting on it while Redis
+    died too held Redis down until the worker's wait ran out (a job succeeded 123 s after the
+    worker and then Redis were killed two seconds apart; the recovery goal is 30 s)."""
     policies = {name: processes.RestartPolicy() for name in starters}
     due: dict[str, float] = {}  # name -> when to restart it
+    starting: dict[str, float] = {}  # name -> when its restart must be healthy by
     while not stopping["flag"]:
         now = time.monotonic()
         for svc in [s for s in stack.services if not s.alive()]:
             stack.services.remove(svc)
+            starting.pop(svc.name, None)
             delay = policies[svc.name].crashed(now)
             if delay is None:
                 p = policies[svc.name]
@@ -263,16 +272,29 @@ def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
                 f"last lines of {svc.log_path}:\n{svc.tail(8)}"
             )
             due[svc.name] = now + delay
+        for name, by in list(starting.items()):
+            svc = stack.get(name)
+            if svc.healthy():
+                del starting[name]
+                console.print(f"[green]{name} restarted[/] {svc.url}")
+            elif time.monotonic() > by:  # stopped: the next round counts a crash and backs off
+                del starting[name]
+                console.print(f"[bold red]{name} restart failed:[/] not healthy after {RESTART_HEALTH_S:.0f}s")
+                processes.stop([svc], grace_s=1.0)
         for name, at in list(due.items()):
             if now < at or stopping["flag"]:
                 continue
             del due[name]
             try:
-                svc = stack.add(starters[name](), timeout_s=120)
-                console.print(f"[green]{name} restarted[/] {svc.url}")
-            except RuntimeError as exc:  # did not come up: stopped, so the next round counts a crash
+                stack.services.append(starters[name]())
+            except RuntimeError as exc:  # not even spawned: a crash like any other
                 console.print(f"[bold red]{name} restart failed:[/] {exc}")
-                processes.stop([stack.services[-1]], grace_s=1.0)
+                delay = policies[name].crashed(now)
+                if delay is None:
+                    return 1
+                due[name] = now + delay
+                continue
+            starting[name] = time.monotonic() + RESTART_HEALTH_S
         time.sleep(0.3)
     return 0
 
