@@ -172,6 +172,19 @@ def _other_worker(proc: subprocess.Popen, old_pid: int) -> bool:
         return False
 
 
+def _reported(data_dir: Path, pid: int) -> bool:
+    """The worker `pid` has reported healthy (its key in Redis: what the supervisor checks)."""
+    import redis
+
+    from workers.queues import worker_key
+
+    env = dict(line.split("=", 1) for line in (data_dir / "up.env").read_text().split())
+    try:
+        return redis.Redis.from_url(env["REDIS_URL"], socket_timeout=1).get(worker_key(pid)) is not None
+    except redis.RedisError:
+        return False
+
+
 def _submitted(client: httpx.Client) -> str | None:
     """A job id, once the API accepts one (it answers 5xx while Redis is down)."""
     try:
@@ -209,12 +222,18 @@ def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
             # healthy): both come back at once. A supervisor that waited on the worker's restart
             # left Redis down until that wait ran out (120 s; a job succeeded after 123 s).
             old_worker = _child(proc, "celery", "worker")
+            # reported healthy first (it takes jobs a moment before), so its restart was announced
+            wait_for(lambda: _reported(data_dir, old_worker.pid), timeout_s=60, what="the worker reported healthy")
             old_worker.kill()
             wait_for(lambda: _other_worker(proc, old_worker.pid), timeout_s=60, what="the worker respawned")
             _child(proc, "redis-server").kill()
             t0 = time.monotonic()
             job = wait_for(lambda: _submitted(client), timeout_s=90, what="a job accepted after Redis died")
             assert wait_job(client, job, max(1.0, 90 - (time.monotonic() - t0)))["status"] == "succeeded"
+            # then reported healthy, and the supervisor (polling every 0.3 s) says it restarted
+            new_worker = _child(proc, "celery", "worker").pid
+            wait_for(lambda: _reported(data_dir, new_worker), timeout_s=60, what="the new worker reported")
+            time.sleep(2)
     finally:
         took = _stop(proc, signal.SIGINT) if proc.poll() is None else 0.0
     out = proc.stdout.read()
