@@ -134,10 +134,5 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        svc = processes.start_redis(Path(tmp), processes.free_port(), Path(tmp) / "logs", os.environ.copy())
-        try:
-            processes.wait_healthy(svc, 30)
-            asyncio.run(main(args.n, svc.url))
-        finally:
-            processes.stop([svc])
+    with tempfile.TemporaryDirectory() as tmp, processes.private_redis(Path(tmp)) as svc:
+        asyncio.run(main(args.n, svc.url))

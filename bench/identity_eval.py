@@ -107,17 +107,6 @@ def _reset(r) -> None:
         r.delete(*doomed[i : i + 500])
 
 
-class _Job:
-    def __init__(self, job_id: str):
-        self.job_id, self.meta = job_id, {}
-
-    def progress(self, stage: str, done: int, total: int) -> None:
-        pass
-
-    def save_meta(self, **values) -> None:
-        self.meta.update(values)
-
-
 def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
     import chromadb
     from chromadb.config import Settings as ChromaSettings
@@ -131,7 +120,7 @@ def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
     t0 = time.monotonic()
     out: dict = {}
     for part in ("distinct", "seconds"):
-        job = _Job(f"id-{mode}-{part}")
+        job = ingest.LocalJob(f"id-{mode}-{part}")
         items = [
             {
                 "index": i,
@@ -342,9 +331,7 @@ def main() -> int:
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        svc = processes.start_redis(tmp, processes.free_port(), tmp / "logs", os.environ.copy())
-        try:
-            processes.wait_healthy(svc, 30)
+        with processes.private_redis(tmp) as svc:
             r = redis.Redis.from_url(svc.url, decode_responses=True)
             (tmp / "data").mkdir()
             (tmp / "imports").mkdir()
@@ -389,8 +376,6 @@ def main() -> int:
             rows += picture_rows(args.modes.split(","), data, r=r, s=s, tmp=tmp) if args.picture_rows else []
             if args.scores:
                 pair_scores(data, r)
-        finally:
-            processes.stop([svc])
     load1 = os.getloadavg()
     print()
     print(

@@ -50,17 +50,6 @@ def build(split: str, seed: int, n: int) -> list[dict]:
     return out
 
 
-class _Job:
-    def __init__(self, job_id: str):
-        self.job_id, self.meta = job_id, {}
-
-    def progress(self, stage: str, done: int, total: int) -> None:
-        pass
-
-    def save_meta(self, **values) -> None:
-        self.meta.update(values)
-
-
 def run(ocr_mode: str, data: list[dict], *, r, s, tmp: Path) -> dict:
     import chromadb
     from chromadb.config import Settings as ChromaSettings
@@ -75,7 +64,7 @@ def run(ocr_mode: str, data: list[dict], *, r, s, tmp: Path) -> dict:
         path=str(tmp / f"chroma-{ocr_mode}-{time.monotonic_ns()}"), settings=ChromaSettings(anonymized_telemetry=False)
     )
     settings = s.model_copy(update={"ocr_mode": ocr_mode})
-    job = _Job(f"search-{ocr_mode}")
+    job = ingest.LocalJob(f"search-{ocr_mode}")
     items = []
     for i, x in enumerate(data):
         p = settings.data_dir / "incoming" / job.job_id / f"{i}.jpg"
@@ -152,9 +141,7 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        svc = processes.start_redis(tmp, processes.free_port(), tmp / "logs", os.environ.copy())
-        try:
-            processes.wait_healthy(svc, 30)
+        with processes.private_redis(tmp) as svc:
             r = redis.Redis.from_url(svc.url, decode_responses=True)
             (tmp / "data").mkdir()
             (tmp / "imports").mkdir()
@@ -169,8 +156,6 @@ def main() -> int:
                     f"  OCR_MODE={mode}: ingest {x['ingest_s']:.0f}s, search {x['search_ms']:.0f} ms a query (load {x['load']:.1f})",
                     flush=True,
                 )
-        finally:
-            processes.stop([svc])
     every = [True] * len(data)
     n_unique = sum(results[0]["unique"]) if results else 0
     print()

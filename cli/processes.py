@@ -11,7 +11,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,6 +153,17 @@ def start_redis(data_dir: Path, port: int, log_dir: Path, env: dict) -> Service:
     proc, log_path = _spawn("redis", argv, env, log_dir)
     url = f"redis://127.0.0.1:{port}/0"
     return Service("redis", proc, url, log_path, redis_pings(url), tier=1)
+
+
+@contextmanager
+def private_redis(folder: Path) -> Iterator[Service]:
+    """A redis-server of its own in `folder` (benches, scripts): healthy when given, stopped after."""
+    svc = start_redis(folder, free_port(), folder / "logs", os.environ.copy())
+    try:
+        wait_healthy(svc, 30)
+        yield svc
+    finally:
+        stop([svc])
 
 
 def start_chroma(path: Path, port: int, log_dir: Path, env: dict) -> Service:

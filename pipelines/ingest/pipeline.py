@@ -60,7 +60,7 @@ class JobHandle(Protocol):
     def save_meta(self, **values: Any) -> None: ...
 
 
-class _NoJob:
+class LocalJob:
     """Lets the pipeline run outside a job (tests, scripts): progress and cursor kept in memory."""
 
     def __init__(self, job_id: str = "local"):
@@ -596,7 +596,7 @@ def run_ingest(
     an exact duplicate is a failed item (CONFLICT) instead of a dedup."""
     from yana.clients import get_blobs, get_chroma, get_redis
 
-    ctx = ctx or _NoJob()
+    ctx = ctx or LocalJob()
     s = s or get_settings()
     r = r if r is not None else get_redis(s)
     chroma = chroma if chroma is not None else get_chroma(s)

@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from pipelines.embedding.backends import DEFAULT_MODEL_KEY, canonical_model_name, get_embedder
-from pipelines.ingest.pipeline import JobHandle, _NoJob
+from pipelines.ingest.pipeline import JobHandle, LocalJob
 from pipelines.memo import service as memo
 from pipelines.runtime.jobs import TERMINAL, JobStore
 from pipelines.search import collections as vi
@@ -86,7 +86,7 @@ def _all_ids(col, page: int = 5000) -> set[str]:
 def run_reembed(
     ctx: JobHandle | None, *, model: str, r=None, chroma=None, s: Settings | None = None, **_ignored
 ) -> dict[str, Any]:
-    ctx = ctx or _NoJob()
+    ctx = ctx or LocalJob()
     s = s or get_settings()
     r = r if r is not None else get_redis(s)
     chroma = chroma if chroma is not None else get_chroma(s)
