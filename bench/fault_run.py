@@ -82,7 +82,19 @@ class System:
             env.pop(key, None)
         self.log = open(data_dir / "up.out", "ab")  # noqa: SIM115 - lives as long as the run
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir), "--api-port", str(api_port)],
+            # both ports given: a `yana up` of another bench or test may be starting at this moment
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "up",
+                "--data-dir",
+                str(data_dir),
+                "--api-port",
+                str(api_port),
+                "--flower-port",
+                str(processes.free_port()),
+            ],
             cwd=ROOT,
             env=env,
             stdout=self.log,
@@ -119,11 +131,12 @@ class System:
         children = main.children() if main else []
         return children[0] if children else None
 
-    def tails(self, lines: int = 25) -> str:
+    def tails(self, lines: int = 12) -> str:
         """The last lines of `yana up`'s own output (restarts, backoff) and of each child's log:
         printed when the run fails, so a failure in CI says what the system was doing."""
         out = []
-        for path in [self.data_dir / "up.out", *sorted((self.data_dir / "logs").glob("*.log"))]:
+        # yana up's own output last: a test shows the end of what a bench printed
+        for path in [*sorted((self.data_dir / "logs").glob("*.log")), self.data_dir / "up.out"]:
             try:
                 text = path.read_text(errors="replace").splitlines()[-lines:]
             except OSError:

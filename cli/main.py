@@ -142,6 +142,7 @@ def up(
     """
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    flower_requested = flower_port is not None
     try:  # an explicitly requested port that is taken fails now, before anything starts
         api_port = processes.port_for(api_port, 8000, "API")
         flower_port = processes.port_for(flower_port, 5555, "Flower")
@@ -191,11 +192,21 @@ def up(
                 "api": (lambda: processes.start_api(stack.env, api_port, stack.log_dir, wait_warm=warm), 180),
             },
         )
+
+        def start_flower() -> processes.Service:
+            # Flower's default port was free when chosen, but another `yana up` started at the same
+            # moment may hold it now: its Flower then exits at every restart until this one gives up
+            # and stops everything. A restart takes another port unless the port was asked for.
+            nonlocal flower_port
+            if not flower_requested and not processes.port_free(flower_port):
+                flower_port = processes.free_port()
+            return processes.start_flower(flower_env, flower_port, stack.log_dir)
+
         # Flower after the worker (it asks the workers present as it starts; ~2 s without the app).
         _start_together(
             stack,
             starters,
-            {"flower": (lambda: processes.start_flower(flower_env, flower_port, stack.log_dir), 60)},
+            {"flower": (lambda: start_flower(), 60)},
         )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")

@@ -307,6 +307,17 @@ def stop(services: list[Service], grace_s: float = 6.0) -> None:
         _stop_group([svc for svc in services if svc.tier == tier], grace_s if tier == 0 else 3.0)
 
 
+def port_free(port: int) -> bool:
+    """Whether a server could bind `port` now (SO_REUSEADDR, as the servers bind)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def port_for(requested: int | None, default: int, what: str) -> int:
     """The port to serve on. An explicitly requested one (flag or env) must be free, else
     RuntimeError; the default falls back to a free port. SO_REUSEADDR, as the servers bind: a
