@@ -206,7 +206,7 @@ def up(
         _start_together(
             stack,
             starters,
-            {"flower": (lambda: start_flower(), 60)},
+            {"flower": (start_flower, 60)},
         )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")

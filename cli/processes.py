@@ -307,30 +307,32 @@ def stop(services: list[Service], grace_s: float = 6.0) -> None:
         _stop_group([svc for svc in services if svc.tier == tier], grace_s if tier == 0 else 3.0)
 
 
-def port_free(port: int) -> bool:
-    """Whether a server could bind `port` now (SO_REUSEADDR, as the servers bind)."""
+def _bind_error(port: int) -> OSError | None:
+    """Why a server could not bind `port` now, or None when it could (SO_REUSEADDR, as the
+    servers bind: a port left in TIME_WAIT by our own previous run is free)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+        except OSError as exc:
+            return exc
+    return None
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could bind `port` now."""
+    return _bind_error(port) is None
 
 
 def port_for(requested: int | None, default: int, what: str) -> int:
     """The port to serve on. An explicitly requested one (flag or env) must be free, else
-    RuntimeError; the default falls back to a free port. SO_REUSEADDR, as the servers bind: a
-    port left in TIME_WAIT by our own previous run is free."""
+    RuntimeError; the default falls back to a free port."""
     port = requested if requested is not None else default
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError as exc:
-            if requested is not None:
-                raise RuntimeError(f"{what} port {port} is taken ({exc.strerror}); choose another") from exc
+    exc = _bind_error(port)
+    if exc is None:
+        return port
+    if requested is not None:
+        raise RuntimeError(f"{what} port {port} is taken ({exc.strerror}); choose another") from exc
     return free_port()
 
 

@@ -176,11 +176,13 @@ def _reported(data_dir: Path, pid: int) -> bool:
     """The worker `pid` has reported healthy (its key in Redis: what the supervisor checks)."""
     import redis
 
+    from cli.main import read_up_env
     from workers.queues import worker_key
 
-    env = dict(line.split("=", 1) for line in (data_dir / "up.env").read_text().split())
     try:
-        return redis.Redis.from_url(env["REDIS_URL"], socket_timeout=1).get(worker_key(pid)) is not None
+        return (
+            redis.Redis.from_url(read_up_env(data_dir)["REDIS_URL"], socket_timeout=1).get(worker_key(pid)) is not None
+        )
     except redis.RedisError:
         return False
 

@@ -260,7 +260,7 @@ def _digit_maybes(ln: Line, t: str, m: re.Match, fmt) -> tuple[str, ...]:
 
 
 def _seimai_value(v: str) -> str:
-    return f"{int(float(v))}%" if float(v) <= 100 else ""
+    return f"{int(float(v))}%"  # _SEIMAI reads at most two digits: always a ratio
 
 
 def _alcohol_value(v: str, unit: str) -> str:
