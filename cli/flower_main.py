@@ -10,7 +10,10 @@ line, so they are not visible in `ps`.
 
 from __future__ import annotations
 
+import os
 import sys
+
+from yana import INSTANCE_HEADER
 
 
 def guard_monitor_endpoints() -> None:
@@ -32,8 +35,26 @@ def guard_monitor_endpoints() -> None:
         handler._yana_guarded = True
 
 
+def answer_instance() -> None:
+    """/healthcheck answers with YANA_INSTANCE in INSTANCE_HEADER (set by `yana up`), so its
+    health check cannot be answered by another instance's Flower on the same port."""
+    instance = os.environ.get("YANA_INSTANCE")
+    if not instance:
+        return
+    from flower.views import monitor
+
+    original = monitor.Healthcheck.get
+
+    async def get(self, _original=original):
+        self.set_header(INSTANCE_HEADER, instance)
+        return await _original(self)
+
+    monitor.Healthcheck.get = get
+
+
 def main() -> None:
     guard_monitor_endpoints()
+    answer_instance()
     from celery.__main__ import main as celery_main
 
     sys.argv[0] = "celery"

@@ -55,7 +55,10 @@ def _write_up_env(data_dir: Path, stack: processes.Stack) -> None:
         f"YANA_API_URL={stack.get('api').url}",
         f"DATA_DIR={data_dir}",
     ]
-    (data_dir / UP_ENV).write_text("\n".join(lines) + "\n")
+    # Rewritten when a restarted API moves: written whole, then renamed, so no reader sees half.
+    tmp = data_dir / f".{UP_ENV}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, data_dir / UP_ENV)
 
 
 WEBHOOK_SECRET_FILE = "webhook_secret"
@@ -142,16 +145,20 @@ def up(
     """
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    flower_requested = flower_port is not None
     try:  # an explicitly requested port that is taken fails now, before anything starts
-        api_port = processes.port_for(api_port, 8000, "API")
-        flower_port = processes.port_for(flower_port, 5555, "Flower")
+        api = processes.ServerPort(api_port, 8000, "API")
+        flower = processes.ServerPort(flower_port, 5555, "Flower")
     except RuntimeError as exc:
         console.print(f"[bold red]start failed:[/] {exc}")
         raise typer.Exit(1) from None
     stack = processes.Stack(
         data_dir=data_dir,
-        env=processes.child_env(DATA_DIR=str(data_dir), WEBHOOK_SECRET=_webhook_secret(data_dir)),
+        env=processes.child_env(
+            DATA_DIR=str(data_dir),
+            WEBHOOK_SECRET=_webhook_secret(data_dir),
+            # The API and Flower answer their health checks with it (processes.http_ok).
+            YANA_INSTANCE=secrets.token_hex(8),
+        ),
     )
     stopping = {"flag": False}
 
@@ -189,24 +196,17 @@ def up(
             starters,
             {
                 "worker": (lambda: processes.start_worker(stack.env, stack.log_dir, concurrency=concurrency), 300),
-                "api": (lambda: processes.start_api(stack.env, api_port, stack.log_dir, wait_warm=warm), 180),
+                # The API's and Flower's health checks carry our instance token, so another
+                # instance's server on the port never answers for ours.
+                "api": (lambda: processes.start_api(stack.env, api.take(), stack.log_dir, wait_warm=warm), 180),
             },
         )
-
-        def start_flower() -> processes.Service:
-            # Flower's default port was free when chosen, but another `yana up` started at the same
-            # moment may hold it now: its Flower then exits at every restart until this one gives up
-            # and stops everything. A restart takes another port unless the port was asked for.
-            nonlocal flower_port
-            if not flower_requested and not processes.port_free(flower_port):
-                flower_port = processes.free_port()
-            return processes.start_flower(flower_env, flower_port, stack.log_dir)
 
         # Flower after the worker (it asks the workers present as it starts; ~2 s without the app).
         _start_together(
             stack,
             starters,
-            {"flower": (start_flower, 60)},
+            {"flower": (lambda: processes.start_flower(flower_env, flower.take(), stack.log_dir), 60)},
         )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
@@ -214,7 +214,8 @@ def up(
             console.print(f"  {svc.name:<7} {svc.url}")
         console.print(f"  API docs {stack.get('api').url}/docs   logs {stack.log_dir}   data {data_dir}")
         console.print("Ctrl-C to stop.")
-        code = _supervise(stack, starters, stopping)
+        # A restarted API may have moved to another port: up.env follows it.
+        code = _supervise(stack, starters, stopping, restarted=lambda _svc: _write_up_env(data_dir, stack))
     except RuntimeError as exc:
         console.print(f"[bold red]start failed:[/] {exc}")
         code = 1
@@ -255,12 +256,15 @@ def _prepare(env: dict) -> None:
 RESTART_HEALTH_S = 120.0
 
 
-def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
+def _supervise(
+    stack: processes.Stack, starters: dict, stopping: dict, restarted: Callable[[processes.Service], None] | None = None
+) -> int:
     """Watch the children until stopped: restart a dead one with backoff; give up (exit code 1)
     when one keeps crashing. A restarted child is watched for health in this same loop, never
     waited on: a worker coming back needs Redis to report healthy, so waiting on it while Redis
     died too held Redis down until the worker's wait ran out (a job succeeded 123 s after the
-    worker and then Redis were killed two seconds apart; the recovery goal is 30 s)."""
+    worker and then Redis were killed two seconds apart; the recovery goal is 30 s).
+    `restarted(service)` is called when a restarted child is healthy again."""
     policies = {name: processes.RestartPolicy() for name in starters}
     due: dict[str, float] = {}  # name -> when to restart it
     starting: dict[str, float] = {}  # name -> when its restart must be healthy by
@@ -288,6 +292,8 @@ def _supervise(stack: processes.Stack, starters: dict, stopping: dict) -> int:
             if svc.healthy():
                 del starting[name]
                 console.print(f"[green]{name} restarted[/] {svc.url}")
+                if restarted is not None:
+                    restarted(svc)
             elif time.monotonic() > by:  # stopped: the next round counts a crash and backs off
                 del starting[name]
                 console.print(f"[bold red]{name} restart failed:[/] not healthy after {RESTART_HEALTH_S:.0f}s")

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from workers.queues import QUEUES, worker_key
+from yana import INSTANCE_HEADER
 
 
 def free_port() -> int:
@@ -103,12 +104,17 @@ def child_env(base: dict | None = None, **overrides: str) -> dict:
     return env
 
 
-def _http_ok(url: str) -> Callable[[], bool]:
+def http_ok(url: str, instance: str | None = None) -> Callable[[], bool]:
+    """Health check of an HTTP server: `url` answers under 500 within a second, and with
+    `instance`, answers it in INSTANCE_HEADER: a server of another `yana up` that holds the
+    port (ours could not bind it) does not count."""
+
     def check() -> bool:
         try:
-            return httpx.get(url, timeout=1.0).status_code < 500
+            r = httpx.get(url, timeout=1.0)
         except httpx.HTTPError:
             return False
+        return r.status_code < 500 and (not instance or r.headers.get(INSTANCE_HEADER) == instance)
 
     return check
 
@@ -171,7 +177,7 @@ def start_chroma(path: Path, port: int, log_dir: Path, env: dict) -> Service:
     argv = [_bin("chroma"), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)]
     proc, log_path = _spawn("chroma", argv, env, log_dir)
     url = f"http://127.0.0.1:{port}"
-    return Service("chroma", proc, url, log_path, _http_ok(url + "/api/v2/heartbeat"), tier=1)
+    return Service("chroma", proc, url, log_path, http_ok(url + "/api/v2/heartbeat"), tier=1)
 
 
 def worker_argv(hostname: str, queues: str | None = None, concurrency: int = 1) -> list[str]:
@@ -227,7 +233,7 @@ def start_worker(
 def start_flower(env: dict, port: int, log_dir: Path, extra_args: list[str] | None = None) -> Service:
     proc, log_path = _spawn("flower", flower_argv("127.0.0.1", port, extra_args), env, log_dir)
     url = f"http://127.0.0.1:{port}"
-    return Service("flower", proc, url, log_path, _http_ok(url + "/healthcheck"))
+    return Service("flower", proc, url, log_path, http_ok(url + "/healthcheck", env.get("YANA_INSTANCE")))
 
 
 # What the API logs when its start-up warm-up (search index and embedding model) is over.
@@ -249,7 +255,7 @@ def start_api(
     offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to
     proc, log_path = _spawn(name, api_argv(host, port), env, log_dir, cwd=cwd)
     url = f"http://{host}:{port}"
-    answers = _http_ok(url + "/v1/health")
+    answers = http_ok(url + "/v1/health", env.get("YANA_INSTANCE"))
     if not wait_warm:
         return Service(name, proc, url, log_path, answers)
 
@@ -334,6 +340,22 @@ def port_for(requested: int | None, default: int, what: str) -> int:
     if requested is not None:
         raise RuntimeError(f"{what} port {port} is taken ({exc.strerror}); choose another") from exc
     return free_port()
+
+
+class ServerPort:
+    """The port a server of `yana up` listens on. One asked for (flag or env) is kept: a start on
+    it fails while it is taken. The default, free when chosen, moves to a free port when another
+    process holds it by the time the server starts or restarts (another `yana up` started at the
+    same moment took it, or took it while ours was down)."""
+
+    def __init__(self, requested: int | None, default: int, what: str):
+        self.port = port_for(requested, default, what)
+        self.requested = requested is not None
+
+    def take(self) -> int:
+        if not self.requested and not port_free(self.port):
+            self.port = free_port()
+        return self.port
 
 
 class RestartPolicy:

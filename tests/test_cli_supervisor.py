@@ -1,12 +1,16 @@
-"""The supervisor's rules without starting the system: restart backoff and giving up, port choice."""
+"""The supervisor's rules without starting the system: restart backoff and giving up, port choice,
+health checks that only our own servers can pass."""
 
 from __future__ import annotations
 
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from cli.processes import RestartPolicy, port_for
+from cli.processes import RestartPolicy, ServerPort, http_ok, port_for
+from yana import INSTANCE_HEADER
 
 
 def test_restart_backoff_doubles_then_gives_up_within_the_window():
@@ -34,3 +38,48 @@ def test_explicit_port_must_be_free_default_falls_back():
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     assert port_for(free, 8000, "API") == free
+
+
+def test_a_default_port_moves_when_taken_by_the_time_the_server_starts():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    default, asked = ServerPort(None, port, "API"), ServerPort(port, 8000, "API")
+    assert default.take() == port and asked.take() == port
+    with socket.socket() as taken:  # another `yana up` took it meanwhile
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        moved = default.take()
+        assert moved != port and default.take() == moved
+        assert asked.take() == port  # asked for: kept, and that start fails loudly
+
+
+class _Foreign(BaseHTTPRequestHandler):
+    """Any HTTP server on the port: 200 to everything, with the instance header it was given."""
+
+    instance: str | None = None
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        if self.instance:
+            self.send_header(INSTANCE_HEADER, self.instance)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(("answers", "ours"), [(None, False), ("other-up", False), ("ours-123", True)])
+def test_a_health_check_with_an_instance_passes_only_for_that_instance(answers, ours):
+    handler = type("Handler", (_Foreign,), {"instance": answers})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/health"
+        assert http_ok(url, "ours-123")() is ours
+        assert http_ok(url)() is True  # without an instance any answer under 500 counts
+    finally:
+        server.shutdown()
+        server.server_close()

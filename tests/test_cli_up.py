@@ -8,7 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -24,7 +26,8 @@ pytestmark = pytest.mark.stack  # starts its own processes
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _start_up(data_dir: Path, api_port: int, flower_port: int) -> subprocess.Popen:
+def _start_up(data_dir: Path, api_port: int | None, flower_port: int) -> subprocess.Popen:
+    """`yana up` on these ports; api_port None: the default (8000, or a free one if taken)."""
     env = {  # deliberately nearly empty: no REDIS_URL, no CHROMA_URL, no settings
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -36,7 +39,8 @@ def _start_up(data_dir: Path, api_port: int, flower_port: int) -> subprocess.Pop
         env["MODELS_DIR"] = os.environ["MODELS_DIR"]
     yana = Path(sys.executable).parent / "yana"
     return subprocess.Popen(
-        [str(yana), "up", "--data-dir", str(data_dir), "--api-port", str(api_port), "--flower-port", str(flower_port)],
+        [str(yana), "up", "--data-dir", str(data_dir), "--flower-port", str(flower_port)]
+        + (["--api-port", str(api_port)] if api_port is not None else []),
         env=env,
         cwd=str(data_dir.parent),
         stdout=subprocess.PIPE,
@@ -255,3 +259,72 @@ def test_an_explicitly_requested_port_that_is_taken_fails_loudly(tmp_path):
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert f"API port {port} is taken" in out, out
+
+
+class _Squatter(BaseHTTPRequestHandler):
+    """Another instance's server: 200 to every request, /v1/health included."""
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+def _squat(port: int, timeout_s: float = 10.0) -> ThreadingHTTPServer:
+    """Take `port` as soon as it is free (a killed server's port frees at once)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            server = ThreadingHTTPServer(("127.0.0.1", port), _Squatter)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+            continue
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+def test_the_api_moves_to_a_free_port_when_another_server_took_its_default_one(tmp_path):
+    """Two `yana up` started at once can both choose the default API port. Here another server
+    takes the port while our API restarts: the restart moves to a free port, up.env follows, and
+    the other server's answers to /v1/health are never taken for our API's. (Before, the restart
+    was declared healthy on the other server's answer, then crashed on the taken port until the
+    supervisor gave up and stopped everything.)"""
+    from cli.main import read_up_env
+
+    data_dir = tmp_path / "data"
+    proc = _start_up(data_dir, None, free_port())
+    squatter = None
+    try:
+        wait_for(lambda: proc.poll() is not None or (data_dir / "up.env").exists(), timeout_s=180, what="up.env")
+        first = read_up_env(data_dir)["YANA_API_URL"]
+        _wait_up(proc, first, data_dir)
+        old_api = _child(proc, "uvicorn")
+        old_api.kill()
+        squatter = _squat(int(first.rsplit(":", 1)[1]))
+
+        def moved() -> str | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"yana up exited ({proc.returncode}):\n{proc.stdout.read()}")
+            url = read_up_env(data_dir).get("YANA_API_URL")
+            return url if url and url != first else None
+
+        second = wait_for(moved, timeout_s=120, interval_s=0.3, what="up.env names the moved API")
+        r = httpx.get(second + "/v1/health", timeout=5)
+        assert r.status_code == 200 and r.json()["name"] == "yana", r.text
+        assert _child(proc, "uvicorn").pid != old_api.pid
+    finally:
+        took = _stop(proc, signal.SIGINT) if proc.poll() is None else 0.0
+        if squatter is not None:
+            squatter.shutdown()
+            squatter.server_close()
+    out = proc.stdout.read()
+    assert proc.returncode == 0, out
+    assert took < 10
+    assert f"api restarted {second}" in out, out
+    assert "giving up" not in out, out

@@ -278,6 +278,8 @@ class Settings(BaseSettings):
     request_timeout_s: float = 30.0
     route_policies: dict[str, dict] = Field(default_factory=dict)
     health_timeout_s: float = 1.5  # per dependency check in /v1/healthz
+    # Set by `yana up` for its children: /v1/health answers it in the INSTANCE_HEADER header.
+    yana_instance: str = ""
     health_llm_cache_s: float = 10.0  # the LLM probe is an outbound call: not on every poll
     mcp_tool_timeout_s: float = 60.0  # MCP tool call -> in-process HTTP call to the route
 

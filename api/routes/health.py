@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from pydantic import Field
 
 from api.contract import ContractRoute, contract
@@ -27,7 +27,7 @@ from api.schemas import ERRORS, Envelope
 from pipelines.chat.health import circuit_problem
 from pipelines.chat.persona import policy_self_check
 from pipelines.search.collections import ACTIVE_ALIAS_KEY
-from yana import NAME, POLICY_VERSION, __version__
+from yana import INSTANCE_HEADER, NAME, POLICY_VERSION, __version__
 from yana.clients import get_chroma
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
@@ -264,10 +264,12 @@ async def healthz(request: Request) -> dict:
     openapi_extra=_PUBLIC,
     summary="Liveness: status, name and version",
 )
-async def health(request: Request) -> dict:
+async def health(request: Request, response: Response) -> dict:
     report = await run_checks(request)
     if not report.can_serve:
         raise _unavailable(report)
+    if instance := _settings(request).yana_instance:
+        response.headers[INSTANCE_HEADER] = instance
     return {
         "status": "degraded" if report.degraded else "ok",
         "name": NAME,

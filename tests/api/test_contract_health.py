@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.api.contract_support import assert_error, contract_server, free_port
-from yana import NAME, POLICY_VERSION, __version__
+from yana import INSTANCE_HEADER, NAME, POLICY_VERSION, __version__
 
 FAST = {"RATE_BURST": "100000", "RATE_LIMIT": "1000/second"}
 
@@ -47,9 +47,16 @@ def llm_url():
 
 def test_version_has_the_seed_fields(stack):
     with contract_server(
-        REDIS_URL=stack.redis_url, CHROMA_URL=stack.chroma_url, BUILD="b42", OPENAI_MODEL="tiny", **FAST
+        REDIS_URL=stack.redis_url,
+        CHROMA_URL=stack.chroma_url,
+        BUILD="b42",
+        OPENAI_MODEL="tiny",
+        YANA_INSTANCE="6f1c0a9e",
+        **FAST,
     ) as c:
         body = c.get("/v1/version").json()
+        # `yana up` tells its own API from another instance's on the same port by this header
+        assert c.get("/v1/health").headers[INSTANCE_HEADER] == "6f1c0a9e"
     assert body == {
         "server_version": __version__,
         "policy_version": POLICY_VERSION,
@@ -79,6 +86,7 @@ def test_all_ok_with_every_dependency_up(stack, llm_url):
         second = c.get("/v1/healthz").json()
         assert second["uptime_s"] >= h["uptime_s"] > 0
         assert c.get("/v1/version").json()["model"] == "tiny"
+        assert INSTANCE_HEADER not in c.get("/v1/health").headers  # no instance token without `yana up`
         assert c.get("/v1/health").json() == {
             "server_version": __version__,
             "policy_version": POLICY_VERSION,

@@ -32,7 +32,7 @@ def _serve(stack, name: str, **env: str) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "uvicorn", "tests.api.idem_probe_app:app", "--host", "127.0.0.1", "--port", str(port)]
     proc, _ = processes._spawn(name, argv, {**stack.env, **env}, stack.log_dir)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: proc.poll() is None and processes._http_ok(url + "/v1/health")(), 120, 0.3, f"{name} up")
+    wait_for(lambda: proc.poll() is None and processes.http_ok(url + "/v1/health")(), 120, 0.3, f"{name} up")
     return proc, url
 
 
