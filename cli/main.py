@@ -200,6 +200,7 @@ def up(
                 # instance's server on the port never answers for ours.
                 "api": (lambda: processes.start_api(stack.env, api.take(), stack.log_dir, wait_warm=warm), 180),
             },
+            {"api": api},
         )
 
         # Flower after the worker (it asks the workers present as it starts; ~2 s without the app).
@@ -207,6 +208,7 @@ def up(
             stack,
             starters,
             {"flower": (lambda: processes.start_flower(flower_env, flower.take(), stack.log_dir), 60)},
+            {"flower": flower},
         )
         _write_up_env(data_dir, stack)
         console.print("[bold green]yana is up[/]")
@@ -229,14 +231,27 @@ def up(
     raise typer.Exit(code)
 
 
-def _start_together(stack: processes.Stack, starters: dict, todo: dict) -> None:
+def _start_together(
+    stack: processes.Stack, starters: dict, todo: dict, ports: dict[str, processes.ServerPort] | None = None
+) -> None:
     """Spawn every service of `todo` (name -> (starter, timeout s)), then wait until each is
-    healthy: up means every one of them can take work."""
+    healthy: up means every one of them can take work. A service of `ports` that exits while
+    starting because another process took its default port (another `yana up` started at the same
+    moment, between our choice and the bind) is started once more, on a free port."""
     for name, (starter, _timeout) in todo.items():
         starters[name] = starter
         stack.services.append(starter())
-    for name, (_starter, timeout) in todo.items():
-        processes.wait_healthy(stack.get(name), timeout)
+    for name, (starter, timeout) in todo.items():
+        try:
+            processes.wait_healthy(stack.get(name), timeout)
+        except RuntimeError:
+            port = (ports or {}).get(name)
+            if port is None or stack.get(name).alive() or not port.moves():
+                raise
+            stack.services.remove(stack.get(name))
+            console.print(f"[yellow]{name}: port {port.port} was taken meanwhile; starting it on a free port[/]")
+            stack.services.append(starter())
+            processes.wait_healthy(stack.get(name), timeout)
 
 
 def _prepare(env: dict) -> None:

@@ -353,9 +353,13 @@ class ServerPort:
         self.requested = requested is not None
 
     def take(self) -> int:
-        if not self.requested and not port_free(self.port):
+        if self.moves():
             self.port = free_port()
         return self.port
+
+    def moves(self) -> bool:
+        """Whether the next start takes another port (a default one, held by another process now)."""
+        return not self.requested and not port_free(self.port)
 
 
 class RestartPolicy:

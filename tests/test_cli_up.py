@@ -19,6 +19,7 @@ import pytest
 
 from cli.processes import free_port
 from tests.stack import wait_for, wait_job
+from yana import INSTANCE_HEADER
 from yana.settings import Settings
 
 pytestmark = pytest.mark.stack  # starts its own processes
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.stack  # starts its own processes
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _start_up(data_dir: Path, api_port: int | None, flower_port: int) -> subprocess.Popen:
-    """`yana up` on these ports; api_port None: the default (8000, or a free one if taken)."""
+def _start_up(data_dir: Path, api_port: int | None, flower_port: int | None) -> subprocess.Popen:
+    """`yana up` on these ports; None: the default (8000 / 5555, or a free one if taken)."""
     env = {  # deliberately nearly empty: no REDIS_URL, no CHROMA_URL, no settings
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -39,8 +40,9 @@ def _start_up(data_dir: Path, api_port: int | None, flower_port: int) -> subproc
         env["MODELS_DIR"] = os.environ["MODELS_DIR"]
     yana = Path(sys.executable).parent / "yana"
     return subprocess.Popen(
-        [str(yana), "up", "--data-dir", str(data_dir), "--flower-port", str(flower_port)]
-        + (["--api-port", str(api_port)] if api_port is not None else []),
+        [str(yana), "up", "--data-dir", str(data_dir)]
+        + (["--api-port", str(api_port)] if api_port is not None else [])
+        + (["--flower-port", str(flower_port)] if flower_port is not None else []),
         env=env,
         cwd=str(data_dir.parent),
         stdout=subprocess.PIPE,
@@ -328,3 +330,34 @@ def test_the_api_moves_to_a_free_port_when_another_server_took_its_default_one(t
     assert took < 10
     assert f"api restarted {second}" in out, out
     assert "giving up" not in out, out
+
+
+def test_two_started_at_once_on_the_default_ports_both_come_up(tmp_path):
+    """Both choose the default ports while free; one binds them first. The other's API exits on
+    the taken port and is started once more on a free one ("was taken meanwhile"), and neither
+    takes the other's servers for its own. (Before: "start failed: api exited with code 3".)
+    Where 8000 is already taken by something else, both start on free ports and there is no race."""
+    from cli.main import read_up_env
+
+    procs = [_start_up(tmp_path / name, None, None) for name in ("a", "b")]
+    try:
+        urls = []
+        for proc, name in zip(procs, ("a", "b"), strict=True):
+            up_env = tmp_path / name / "up.env"
+            wait_for(lambda p=proc, e=up_env: p.poll() is not None or e.exists(), timeout_s=240, what="up.env")
+            assert proc.poll() is None, proc.stdout.read()
+            urls.append(read_up_env(tmp_path / name)["YANA_API_URL"])
+        assert urls[0] != urls[1]
+        tokens = set()
+        for url in urls:
+            r = httpx.get(url + "/v1/health", timeout=5)
+            assert r.status_code == 200, r.text
+            tokens.add(r.headers[INSTANCE_HEADER])
+        assert len(tokens) == 2
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _stop(proc, signal.SIGINT)
+    outs = [proc.stdout.read() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    assert not any("giving up" in out or "start failed" in out for out in outs), outs
