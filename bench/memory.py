@@ -155,7 +155,7 @@ def deferred_reads(data: Path) -> int:
     """Labels of this `yana up` whose deferred read has not been done yet (its up.env names Redis)."""
     import redis
 
-    from cli.main import read_up_env
+    from cli.api_link import read_up_env
     from pipelines.ingest.keys import DEFERRED_READS_KEY
 
     with redis.Redis.from_url(read_up_env(data)["REDIS_URL"], socket_timeout=5) as r:

@@ -4,7 +4,8 @@ The URL comes from `--api`, else YANA_API_URL, else the DATA_DIR/up.env that `ya
 (cli.main loads it into the environment), else http://API_HOST:API_PORT. Every command says on
 its first stderr line which instance it talks to. An unreachable API is one clear line naming the
 URL and exit code 3, never a traceback; while a command runs, a lost connection is retried for
-`reconnect_s` seconds (jobs keep running on the workers meanwhile).
+`reconnect_s` seconds (jobs keep running on the workers meanwhile), and a URL that came from
+up.env follows it when `yana up` rewrites it (its API restarted on another port).
 """
 
 from __future__ import annotations
@@ -23,6 +24,23 @@ from rich.markup import escape
 console = Console(stderr=True)
 
 EXIT_UNREACHABLE = 3
+UP_ENV = "up.env"  # where `yana up` tells other yana commands (ingest, dedup-report...) its URLs
+
+
+def read_up_env(data_dir: Path) -> dict[str, str]:
+    """The service addresses `yana up` wrote to DATA_DIR/up.env (empty when it has not run there)."""
+    path = data_dir / UP_ENV
+    try:
+        text = path.read_text()
+    except OSError:  # not there (yana up has not run, or stopped)
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
 
 ApiOpt = Annotated[
     Optional[str],
@@ -74,15 +92,21 @@ def _safe_to_resend(method: str, headers) -> bool:
     return any(k.lower() == "idempotency-key" for k in (headers or {}))
 
 
+FROM_UP_ENV = "(written by `yana up`)"
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("DATA_DIR", "./data"))
+
+
 def resolve_api(api: str | None) -> tuple[str, str]:
     """(base URL, where it came from)."""
     if api:
         return api.rstrip("/"), "--api"
     env_url = os.environ.get("YANA_API_URL")
     if env_url:
-        up_env = Path(os.environ.get("DATA_DIR", "./data")) / "up.env"
-        if up_env.is_file() and f"YANA_API_URL={env_url}" in up_env.read_text().splitlines():
-            return env_url.rstrip("/"), f"{up_env} (written by `yana up`)"
+        if read_up_env(_data_dir()).get("YANA_API_URL") == env_url:
+            return env_url.rstrip("/"), f"{_data_dir() / UP_ENV} {FROM_UP_ENV}"
         return env_url.rstrip("/"), "YANA_API_URL"
     from yana.settings import get_settings
 
@@ -124,6 +148,20 @@ class ApiLink:
         except httpx.TransportError as exc:
             raise ApiUnreachable(self.url, exc, 0) from exc
         return r.json() if r.status_code == 200 else {}
+
+    def _follow_up_env(self) -> bool:
+        """With the URL from up.env: when `yana up` has rewritten it (its API restarted on another
+        port, because another server took the default one), switch to the new URL."""
+        if not self.source.endswith(FROM_UP_ENV):
+            return False
+        url = read_up_env(_data_dir()).get("YANA_API_URL", "").rstrip("/")
+        with self._lock:
+            if not url or url == self.url:
+                return False
+            self.say(f"[yellow]API {escape(self.url)} moved to {escape(url)} (up.env, rewritten by `yana up`)[/]")
+            self.url = url
+            self.client.base_url = httpx.URL(url)
+        return True
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
         """One request; a transport error or a 502/503/504 is retried until reconnect_s has passed
@@ -167,6 +205,8 @@ class ApiLink:
             now = time.monotonic()
             first_fail = first_fail or now
             self._local.retried = True
+            if self._follow_up_env():
+                continue
             self._mark_down(err)
             if now - first_fail >= self.reconnect_s:
                 raise ApiUnreachable(self.url, err, now - first_fail) from err

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from cli import data, processes
+from cli.api_link import UP_ENV, read_up_env
 from yana.settings import get_settings
 
 app = typer.Typer(
@@ -43,9 +44,6 @@ def _flower_env() -> dict[str, str]:
     if s.flower_unauthenticated_api:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
     return {}
-
-
-UP_ENV = "up.env"  # where `yana up` tells other yana commands (ingest, dedup-report...) its URLs
 
 
 def _write_up_env(data_dir: Path, stack: processes.Stack) -> None:
@@ -85,19 +83,6 @@ def _warn_insecure_secret(host: str | None) -> None:
     warning = get_settings().insecure_webhook_secret(host)
     if warning:
         console.print(f"[bold red]WARNING:[/] {warning}")
-
-
-def read_up_env(data_dir: Path) -> dict[str, str]:
-    """The service addresses `yana up` wrote to DATA_DIR/up.env (empty when it has not run there)."""
-    path = data_dir / UP_ENV
-    if not path.is_file():
-        return {}
-    out = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def _load_up_env() -> None:

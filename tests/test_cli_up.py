@@ -182,7 +182,7 @@ def _reported(data_dir: Path, pid: int) -> bool:
     """The worker `pid` has reported healthy (its key in Redis: what the supervisor checks)."""
     import redis
 
-    from cli.main import read_up_env
+    from cli.api_link import read_up_env
     from workers.queues import worker_key
 
     try:
@@ -297,7 +297,7 @@ def test_the_api_moves_to_a_free_port_when_another_server_took_its_default_one(t
     the other server's answers to /v1/health are never taken for our API's. (Before, the restart
     was declared healthy on the other server's answer, then crashed on the taken port until the
     supervisor gave up and stopped everything.)"""
-    from cli.main import read_up_env
+    from cli.api_link import read_up_env
 
     data_dir = tmp_path / "data"
     proc = _start_up(data_dir, None, free_port())
@@ -337,7 +337,7 @@ def test_two_started_at_once_on_the_default_ports_both_come_up(tmp_path):
     the taken port and is started once more on a free one ("was taken meanwhile"), and neither
     takes the other's servers for its own. (Before: "start failed: api exited with code 3".)
     Where 8000 is already taken by something else, both start on free ports and there is no race."""
-    from cli.main import read_up_env
+    from cli.api_link import read_up_env
 
     procs = [_start_up(tmp_path / name, None, None) for name in ("a", "b")]
     try:
