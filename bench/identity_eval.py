@@ -254,6 +254,23 @@ def _use_brush_face(split: str, face: str) -> None:
         FONTS[split]["brush"] = [face]
 
 
+def _set_limits(args) -> None:
+    """The decision's limits, as the flags set them, printed."""
+    from pipelines.neardup import decision, picture
+
+    if args.text_limit is not None:
+        decision.TEXT_AGREE_MAX_SCORE = args.text_limit
+    if args.fields_text_differs_limit is not None:
+        decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = args.fields_text_differs_limit
+    if args.marks_limit is not None:
+        picture.MAX_MARKS = args.marks_limit
+    print(
+        f"limits: picture marks {picture.MAX_MARKS}, text agrees {decision.TEXT_AGREE_MAX_SCORE}, "
+        f"fields agree {decision.FIELDS_AGREE_MAX_SCORE} "
+        f"({decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE} when both were read and the text does not agree)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
@@ -296,6 +313,12 @@ def main() -> int:
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
     ap.add_argument(
+        "--marks-limit",
+        type=float,
+        default=None,
+        help="the picture check's marks limit (pipelines.neardup.picture.MAX_MARKS); inf: without the marks test",
+    )
+    ap.add_argument(
         "--brush-face",
         default="",
         help="draw every brand in this face (a path under /usr/share/fonts), e.g. a check set in neither split:"
@@ -315,14 +338,7 @@ def main() -> int:
     from tests.pipelines.ingest_support import build_tiny_st_model
     from yana.settings import get_settings
 
-    if args.text_limit is not None:
-        decision.TEXT_AGREE_MAX_SCORE = args.text_limit
-    if args.fields_text_differs_limit is not None:
-        decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE = args.fields_text_differs_limit
-    print(
-        f"limits: text agrees {decision.TEXT_AGREE_MAX_SCORE}, fields agree {decision.FIELDS_AGREE_MAX_SCORE} "
-        f"({decision.FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE} when both were read and the text does not agree)"
-    )
+    _set_limits(args)
     t0 = time.monotonic()
     data = build(args.split, args.seed, args.labels, args.families, args.per_family)
     print(

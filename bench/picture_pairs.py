@@ -14,6 +14,7 @@ import io
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -78,9 +79,12 @@ def main() -> int:
             print(f"  same under the rule: {kind} {n} of {len(ps)}")
     for kind, ps in rows.items():
         print(f"{kind}: {len(ps)}")
-        for name in ("inliers", "box", "colour", "structure", "worst"):
+        for name in ("inliers", "box", "colour", "structure", "worst", "marks"):
             vals = sorted(round(getattr(p, name), 2) for p in ps)
             print(f"  {name}: {vals}")
+        # what the marks test decides: the pairs every other part lets through
+        rest = sorted(round(p.marks, 2) for p in ps if picture.same_picture(replace(p, marks=0.0)))
+        print(f"  marks of the pairs the other parts pass: {rest}")
     t = sorted(times)
     print(f"ms per check: median {1000 * t[len(t) // 2]:.1f}, p90 {1000 * t[int(len(t) * 0.9)]:.1f}, n {len(t)}")
     return 0

@@ -101,6 +101,25 @@ def test_an_edition_in_the_same_palette_is_another_picture():
     assert not picture.same_picture(parts), parts
 
 
+@pytest.mark.parametrize(("frame", "ornament"), [(1, 0), (0, 2), (2, 1)])
+def test_an_edition_that_differs_only_in_its_frame_or_ornament_is_another_picture(frame, ornament):
+    """Same palette, layout and typefaces; a frame line, a band or a seal on one only. Outside the
+    text's box and on flat paper, the structure test does not see them; the marks test does."""
+    from tools.photolabels import make_spec, photograph, render
+
+    rng = random.Random(5)
+    base = make_spec(rng, split="tune", side="front", kind="sake")
+    base = replace(base, design=replace(base.design, frame=0, ornament=0))
+    other = replace(base, design=replace(base.design, frame=frame, ornament=ornament))
+    a, _ = photograph(render(base).image, random.Random(rng.getrandbits(64)), crop=0)
+    b, _ = photograph(render(other).image, random.Random(rng.getrandbits(64)), crop=0)
+    parts = _parts(b, a)
+    assert parts.marks > picture.MAX_MARKS and not picture.same_picture(parts), parts
+    rephoto, _ = photograph(render(base).image, random.Random(rng.getrandbits(64)), crop=1.0)
+    again = _parts(rephoto, a)  # the label itself, photographed again: no mark of its own
+    assert again.marks <= picture.MAX_MARKS and picture.same_picture(again), again
+
+
 def test_a_picture_that_cannot_be_aligned_is_not_the_same():
     a, _b = _rephotos(1)
     flat = Image.new("RGB", a.size, (200, 190, 180))
