@@ -181,13 +181,10 @@ def up(
             starters,
             {
                 "worker": (lambda: processes.start_worker(stack.env, stack.log_dir, concurrency=concurrency), 300),
-                # The API's and Flower's health checks carry our instance token, so another
-                # instance's server on the port never answers for ours.
                 "api": (lambda: processes.start_api(stack.env, api.take(), stack.log_dir, wait_warm=warm), 180),
             },
             {"api": api},
         )
-
         # Flower after the worker (it asks the workers present as it starts; ~2 s without the app).
         _start_together(
             stack,

@@ -237,10 +237,12 @@ def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
     y0, y1 = int(max(0, y0 - dy)), int(min(h, y1 + dy))
     if x1 - x0 < 2 * GRID or y1 - y0 < 2 * GRID:
         return _not_same(n_in)
-    parts = _grid_parts(cv2, warped, cand, valid, (x0, y0, x1, y1), n_in)
+    lab_q = cv2.cvtColor(warped.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    lab_c = cv2.cvtColor(cand.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    parts = _grid_parts(cv2, lab_q, lab_c, valid, (x0, y0, x1, y1), n_in)
     parts.box = box
     if parts.colour != float("inf"):
-        parts.marks = _unmatched_marks(cv2, warped, cand, valid, text_box)
+        parts.marks = _unmatched_marks(cv2, lab_q, lab_c, valid, text_box)
     return parts
 
 
@@ -264,13 +266,12 @@ def _paper(cv2, lab: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray |
     return out > 0
 
 
-def _unmatched_marks(cv2, warped: np.ndarray, cand: np.ndarray, valid: np.ndarray, text_box) -> float:
-    """Marks on the label in one photograph and not the other (MARK_* above), px per px of side."""
+def _unmatched_marks(cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, text_box) -> float:
+    """Marks on the label in one photograph (Lab, aligned) and not the other (MARK_* above), px
+    per px of the label's side."""
     h, w = valid.shape
     x0, y0, x1, y1 = text_box
     box = (int(max(0, x0)), int(max(0, y0)), int(min(w, x1)) + 1, int(min(h, y1)) + 1)
-    lab_q = cv2.cvtColor(warped.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
-    lab_c = cv2.cvtColor(cand.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
     paper_q, paper_c = _paper(cv2, lab_q, box), _paper(cv2, lab_c, box)
     if paper_q is None or paper_c is None:
         return 0.0
@@ -282,27 +283,23 @@ def _unmatched_marks(cv2, warped: np.ndarray, cand: np.ndarray, valid: np.ndarra
     area = int(region.sum())
     if area == 0:
         return 0.0
-    light = lab_c[box[1] : box[3], box[0] : box[2], 0]
-    p5, p50, p95 = np.percentile(light, (5, 50, 95))
+    p5, p50, p95 = np.percentile(lab_c[box[1] : box[3], box[0] : box[2], 0], (5, 50, 95))
     contrast = max(1.0, float(p95 - p5))
     ink = 1.0 if p50 - p5 > p95 - p50 else -1.0  # paper lighter than the ink, or darker
-
-    def marks(lab: np.ndarray, k: float) -> np.ndarray:
-        light = lab[..., 0]
-        return ink * (cv2.GaussianBlur(light, (0, 0), MARK_SIGMA) - light) > k * contrast
-
+    # per photograph: how far each pixel is inked against the paper's local level, in contrasts
+    q, c = (
+        ink * (cv2.GaussianBlur(lab[..., 0], (0, 0), MARK_SIGMA) - lab[..., 0]) / contrast for lab in (lab_q, lab_c)
+    )
     reach = np.ones((2 * MARK_REACH + 1, 2 * MARK_REACH + 1), np.uint8)
     unmatched = 0
-    for a, b in ((lab_q, lab_c), (lab_c, lab_q)):
-        traced = cv2.dilate(marks(b, MARK_WEAK).astype(np.uint8), reach) > 0
-        unmatched += int((marks(a, MARK_STRONG) & region & ~traced).sum())
+    for a, b in ((q, c), (c, q)):
+        traced = cv2.dilate((b > MARK_WEAK).astype(np.uint8), reach) > 0
+        unmatched += int(((a > MARK_STRONG) & region & ~traced).sum())
     return unmatched / float(np.sqrt(area))
 
 
-def _grid_parts(cv2, warped: np.ndarray, cand: np.ndarray, valid: np.ndarray, box, n_in: int) -> Parts:
+def _grid_parts(cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, box, n_in: int) -> Parts:
     x0, y0, x1, y1 = box
-    lab_q = cv2.cvtColor(warped.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
-    lab_c = cv2.cvtColor(cand.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
     gq = cv2.GaussianBlur(lab_q[..., 0], (0, 0), BLUR)
     gc = cv2.GaussianBlur(lab_c[..., 0], (0, 0), BLUR)
     area = gc[y0:y1, x0:x1]
