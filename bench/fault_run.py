@@ -82,19 +82,9 @@ class System:
             env.pop(key, None)
         self.log = open(data_dir / "up.out", "ab")  # noqa: SIM115 - lives as long as the run
         self.proc = subprocess.Popen(
-            # both ports given: a `yana up` of another bench or test may be starting at this moment
-            [
-                sys.executable,
-                "-m",
-                "cli.main",
-                "up",
-                "--data-dir",
-                str(data_dir),
-                "--api-port",
-                str(api_port),
-                "--flower-port",
-                str(processes.free_port()),
-            ],
+            # Flower's default port moves by itself when another `yana up` holds it; a port chosen
+            # free here and passed explicitly could be taken by anyone before Flower binds it
+            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir), "--api-port", str(api_port)],
             cwd=ROOT,
             env=env,
             stdout=self.log,

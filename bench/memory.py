@@ -207,9 +207,8 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
     log = (tmp / f"up-{name}.log").open("w")
     t0 = time.monotonic()
     up = subprocess.Popen(
-        # both ports given: a `yana up` of another bench or test may be starting at this moment
-        [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data), "--api-port", str(api_port),
-         "--flower-port", str(free_port())],
+        # Flower's default port moves by itself when another `yana up` holds it (see fault_run.py)
+        [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data), "--api-port", str(api_port)],
         cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     out: dict = {}
