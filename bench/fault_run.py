@@ -57,6 +57,7 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 
 from cli import processes  # noqa: E402
+from cli.api_link import read_up_env  # noqa: E402
 from tests.webhook_receiver import Receiver  # noqa: E402
 from tools.datagen import images  # noqa: E402
 
@@ -67,7 +68,7 @@ FAST_RECOVERY = {"HEARTBEAT_INTERVAL_S": "0.5", "HEARTBEAT_TTL_S": "3", "RECONCI
 class System:
     """`yana up` in a temporary folder, and the processes under it."""
 
-    def __init__(self, data_dir: Path, api_port: int):
+    def __init__(self, data_dir: Path):
         self.data_dir = data_dir
         env = processes.child_env(
             WEBHOOK_SECRET=SECRET,
@@ -82,21 +83,26 @@ class System:
             env.pop(key, None)
         self.log = open(data_dir / "up.out", "ab")  # noqa: SIM115 - lives as long as the run
         self.proc = subprocess.Popen(
-            # Flower's default port moves by itself when another `yana up` holds it; a port chosen
-            # free here and passed explicitly could be taken by anyone before Flower binds it
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir), "--api-port", str(api_port)],
+            # The default ports, which move when another process holds them: a port chosen free here
+            # and passed explicitly could be taken by anyone before the server binds it (CI failed
+            # once that way). Where the API is comes from up.env (`api`).
+            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir)],
             cwd=ROOT,
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.api = f"http://127.0.0.1:{api_port}"
         deadline = time.monotonic() + 240
         while not (data_dir / "up.env").exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("yana up did not start:\n" + (data_dir / "up.out").read_text()[-3000:])
             time.sleep(0.5)
+
+    @property
+    def api(self) -> str:
+        """The API's URL as `yana up` last wrote it (a restart may move it to another port)."""
+        return read_up_env(self.data_dir)["YANA_API_URL"]
 
     def child(self, needle: str) -> psutil.Process | None:
         for p in psutil.Process(self.proc.pid).children(recursive=True):
@@ -161,7 +167,22 @@ def label_items(n: int, run: str) -> list[dict]:
     return items
 
 
-def post_retrying(client: httpx.Client, path: str, body: dict, key: str, deadline_s: float = 120) -> httpx.Response:
+class UpClient(httpx.Client):
+    """A client of the system's API that follows it when a restart moved it (up.env names it)."""
+
+    def __init__(self, system: System, **kwargs):
+        self.system = system
+        super().__init__(base_url=system.api, **kwargs)
+
+    def follow(self) -> None:
+        """After a failed connection: the API's URL again, from up.env."""
+        url = read_up_env(self.system.data_dir).get("YANA_API_URL")
+        if url and url != str(self.base_url).rstrip("/"):
+            print(f"the API moved to {url}", flush=True)
+            self.base_url = httpx.URL(url)
+
+
+def post_retrying(client: UpClient, path: str, body: dict, key: str, deadline_s: float = 120) -> httpx.Response:
     """Submit until the API answers (it may be restarting), always with the same Idempotency-Key."""
     end = time.monotonic() + deadline_s
     while True:
@@ -169,6 +190,8 @@ def post_retrying(client: httpx.Client, path: str, body: dict, key: str, deadlin
             r = client.post(path, json=body, headers={"Idempotency-Key": key})
             if r.status_code < 500 and r.status_code not in (408, 409, 429):
                 return r
+        except httpx.TransportError:
+            client.follow()
         except httpx.HTTPError:
             pass
         if time.monotonic() > end:
@@ -176,13 +199,15 @@ def post_retrying(client: httpx.Client, path: str, body: dict, key: str, deadlin
         time.sleep(0.3)
 
 
-def get_retrying(client: httpx.Client, path: str, deadline_s: float = 120) -> dict:
+def get_retrying(client: UpClient, path: str, deadline_s: float = 120) -> dict:
     end = time.monotonic() + deadline_s
     while True:
         try:
             r = client.get(path)
             if r.status_code == 200:
                 return r.json()
+        except httpx.TransportError:
+            client.follow()
         except httpx.HTTPError:
             pass
         if time.monotonic() > end:
@@ -190,7 +215,7 @@ def get_retrying(client: httpx.Client, path: str, deadline_s: float = 120) -> di
         time.sleep(0.3)
 
 
-def probe(client: httpx.Client, limit_s: float = 180) -> float:
+def probe(client: UpClient, limit_s: float = 180) -> float:
     """Seconds until a small end-to-end job succeeds."""
     t0 = time.monotonic()
     doc = {"documents": [{"id": f"probe-{uuid.uuid4().hex[:8]}", "text": "復旧確認の文書です。", "metadata": {}}]}
@@ -211,9 +236,7 @@ def probe(client: httpx.Client, limit_s: float = 180) -> float:
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
-def wait_inflight(
-    client: httpx.Client, accepted: dict[str, str], done: set[str], limit: int, deadline_s: float
-) -> None:
+def wait_inflight(client: UpClient, accepted: dict[str, str], done: set[str], limit: int, deadline_s: float) -> None:
     """Block until fewer than `limit` accepted jobs are unfinished (or deadline_s has passed)."""
     end = time.monotonic() + deadline_s
     while True:
@@ -259,12 +282,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        system = System(folder, processes.free_port())
+        system = System(folder)
         rows: list[tuple[str, str, float]] = []
         accepted: dict[str, str] = {}  # job id -> idempotency key
         outage = [0.0, 0.0]  # the receiver's outage (wall clock)
         try:
-            client = httpx.Client(base_url=system.api, timeout=30)
+            client = UpClient(system, timeout=30)
             print(f"warm-up probe (models loaded before the faults) {probe(client):.1f}s", flush=True)
             faults_n = 7
             # at least two batches per fault, so faults never fall on the same batch
@@ -362,7 +385,7 @@ def indexed_counts(system: System, run: str) -> Counter:
     import chromadb
     import redis
 
-    env = dict(line.split("=", 1) for line in (system.data_dir / "up.env").read_text().split())
+    env = read_up_env(system.data_dir)
     r = redis.Redis.from_url(env["REDIS_URL"], decode_responses=True, socket_timeout=10)
     host, port = env["CHROMA_URL"].removeprefix("http://").split(":")
     col = chromadb.HttpClient(host=host, port=int(port)).get_collection(r.get("yana:collection:active"))

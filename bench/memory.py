@@ -193,7 +193,7 @@ def yana(src: Path, *args: str, env: dict, timeout: float = 900) -> subprocess.C
 
 
 def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
-    from cli.processes import free_port
+    from cli.api_link import read_up_env
 
     data = tmp / f"data-{name}"
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CHROMA_URL", "YANA_API_URL", "PYTHONPATH")}
@@ -203,12 +203,11 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
     built = yana(src, "prepare", env=env, timeout=1800)
     if built.returncode:
         raise RuntimeError(f"{name}: yana prepare failed:\n{built.stderr[-2000:]}")
-    api_port = free_port()
     log = (tmp / f"up-{name}.log").open("w")
     t0 = time.monotonic()
     up = subprocess.Popen(
-        # Flower's default port moves by itself when another `yana up` holds it (see fault_run.py)
-        [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data), "--api-port", str(api_port)],
+        # the default ports, which move when taken; the API's URL from up.env (see fault_run.py)
+        [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data)],
         cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     out: dict = {}
@@ -219,6 +218,7 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
                 raise RuntimeError(f"{name}: yana up did not come up:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.2)
         out["up_s"] = time.monotonic() - t0
+        api = read_up_env(data)["YANA_API_URL"]
         print(f"\n=== {name} ({src}): `yana up` said it is up after {out['up_s']:.1f} s ({load()})", flush=True)
         sup = psutil.Process(up.pid)
         time.sleep(args.settle)
@@ -231,7 +231,7 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
         )
         if done.returncode:
             raise RuntimeError(done.stderr[-2000:])
-        env_api = {**env, "YANA_API_URL": f"http://127.0.0.1:{api_port}"}
+        env_api = {**env, "YANA_API_URL": api}
         t1 = time.monotonic()
         done = yana(src, "ingest", str(labels), "--meta", str(labels / "labels.jsonl"), env=env_api)
         if done.returncode:
@@ -242,7 +242,7 @@ def run_one(name: str, src: Path, args, tmp: Path, models_dir: Path) -> dict:
         print(f"[{name}] {wait_idle(sup, data, args)}")
         out["ingest"] = show(f"[{name}] idle after ingesting {args.labels} labels", snapshot(sup))
 
-        with httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=60) as client:
+        with httpx.Client(base_url=api, timeout=60) as client:
             t1 = time.monotonic()
             for i in range(args.searches):
                 q = f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}"

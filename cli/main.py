@@ -51,6 +51,7 @@ def _write_up_env(data_dir: Path, stack: processes.Stack) -> None:
         f"REDIS_URL={stack.env['REDIS_URL']}",
         f"CHROMA_URL={stack.env['CHROMA_URL']}",
         f"YANA_API_URL={stack.get('api').url}",
+        f"FLOWER_URL={stack.get('flower').url}",
         f"DATA_DIR={data_dir}",
     ]
     # Rewritten when a restarted API moves: written whole, then renamed, so no reader sees half.

@@ -17,7 +17,6 @@ import httpx
 import psutil
 import pytest
 
-from cli.processes import free_port
 from tests.stack import wait_for, wait_job
 from yana import INSTANCE_HEADER
 from yana.settings import Settings
@@ -58,20 +57,22 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _wait_up(proc: subprocess.Popen, api: str, data_dir: Path | None = None) -> None:
-    """Until the API answers and, with data_dir, `yana up` said it is up (it writes up.env then)."""
+def _up_url(proc: subprocess.Popen, data_dir: Path, key: str = "YANA_API_URL", health: str = "/v1/health") -> str:
+    """A server's URL from up.env, once `yana up` wrote it and the server there answers. Tests start
+    `yana up` on its default ports and read where it put them: a port found free and passed
+    explicitly can be taken by another process before the server binds it (CI failed that way)."""
+    from cli.api_link import read_up_env
 
-    def ready():
+    def ready() -> str | None:
         if proc.poll() is not None:
             raise AssertionError(f"yana up exited early ({proc.returncode}):\n{proc.stdout.read()}")
-        if data_dir is not None and not (data_dir / "up.env").exists():
-            return False
+        url = read_up_env(data_dir).get(key)
         try:
-            return httpx.get(api + "/v1/health", timeout=1).status_code == 200
+            return url if url and httpx.get(url + health, timeout=1).status_code == 200 else None
         except httpx.HTTPError:
-            return False
+            return None
 
-    wait_for(ready, timeout_s=180, interval_s=0.5, what="yana up healthy")
+    return wait_for(ready, timeout_s=180, interval_s=0.5, what=f"yana up's {key} answering")
 
 
 def _left(children: list[psutil.Process]) -> list[psutil.Process]:
@@ -94,12 +95,10 @@ def _stop(proc: subprocess.Popen, sig=signal.SIGINT) -> float:
 
 def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
     data_dir = tmp_path / "data"
-    api_port, flower_port = free_port(), free_port()
-    api = f"http://127.0.0.1:{api_port}"
-
-    proc = _start_up(data_dir, api_port, flower_port)
+    proc = _start_up(data_dir, None, None)
     try:
-        _wait_up(proc, api, data_dir)
+        api = _up_url(proc, data_dir)
+        flower = _up_url(proc, data_dir, "FLOWER_URL", "/healthcheck")
         children = _descendants(proc.pid)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         for piece in ("redis-server", "chroma", "celery", "flower", "uvicorn"):
@@ -113,7 +112,7 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
         # Flower's API answers (opened explicitly by setting when auth is off); it learns the
         # workers by asking them after it starts, so the list may be empty for its first seconds.
         def flower_knows_the_worker() -> bool:
-            r = httpx.get(f"http://127.0.0.1:{flower_port}/api/workers", params={"refresh": "1"}, timeout=10)
+            r = httpx.get(f"{flower}/api/workers", params={"refresh": "1"}, timeout=10)
             assert r.status_code == 200, r.text
             return bool(r.json())
 
@@ -130,9 +129,9 @@ def test_yana_up_zero_config_start_stop_and_restart_keeps_data(tmp_path):
     assert secret != Settings.model_fields["webhook_secret"].default
 
     # same data folder again: the job record survived (Redis AOF), SIGTERM also stops cleanly
-    proc = _start_up(data_dir, api_port, flower_port)
+    proc = _start_up(data_dir, None, None)
     try:
-        _wait_up(proc, api, data_dir)
+        api = _up_url(proc, data_dir)
         children = _descendants(proc.pid)
         job = httpx.get(f"{api}/v1/jobs/{job_id}", timeout=10).json()
         assert job["status"] == "succeeded"
@@ -204,18 +203,17 @@ def _submitted(client: httpx.Client) -> str | None:
 
 def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
     data_dir = tmp_path / "data"
-    api_port = free_port()
-    api = f"http://127.0.0.1:{api_port}"
-    proc = _start_up(data_dir, api_port, free_port())
+    proc = _start_up(data_dir, None, None)
     try:
-        _wait_up(proc, api, data_dir)
+        api = _up_url(proc, data_dir)
         with httpx.Client(base_url=api, timeout=30) as client:
-            # the API dies (kill -9) while a job runs: it comes back on the same port, the job goes on
+            # the API dies (kill -9) while a job runs: it comes back (on its port, or on another
+            # one that up.env names if its port was taken meanwhile), and the job goes on
             running = client.post("/v1/demo/sleep", json={"steps": 4, "step_s": 1}).json()["job_id"]
             old_api = _child(proc, "uvicorn")
             old_api.kill()
             wait_for(lambda: not old_api.is_running() or old_api.status() == psutil.STATUS_ZOMBIE, what="api gone")
-            _wait_up(proc, api)
+            client.base_url = httpx.URL(_up_url(proc, data_dir))
             assert _child(proc, "uvicorn").pid != old_api.pid
             assert wait_job(client, running, 60)["status"] == "succeeded"
 
@@ -257,7 +255,7 @@ def test_an_explicitly_requested_port_that_is_taken_fails_loudly(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = _start_up(tmp_path / "data", port, free_port())
+        proc = _start_up(tmp_path / "data", port, None)
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert f"API port {port} is taken" in out, out
@@ -300,12 +298,10 @@ def test_the_api_moves_to_a_free_port_when_another_server_took_its_default_one(t
     from cli.api_link import read_up_env
 
     data_dir = tmp_path / "data"
-    proc = _start_up(data_dir, None, free_port())
+    proc = _start_up(data_dir, None, None)
     squatter = None
     try:
-        wait_for(lambda: proc.poll() is not None or (data_dir / "up.env").exists(), timeout_s=180, what="up.env")
-        first = read_up_env(data_dir)["YANA_API_URL"]
-        _wait_up(proc, first, data_dir)
+        first = _up_url(proc, data_dir)
         old_api = _child(proc, "uvicorn")
         old_api.kill()
         squatter = _squat(int(first.rsplit(":", 1)[1]))
