@@ -5,6 +5,7 @@ commands (`yana api|worker|flower`) and the test harness, so tests start things 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -21,8 +22,33 @@ import httpx
 from workers.queues import QUEUES, worker_key
 from yana import INSTANCE_HEADER
 
+# Ports for our servers are drawn from below the kernel's ephemeral range. A port the kernel hands
+# out for bind(0) comes from that range, which every outgoing connection's source port also comes
+# from: between choosing such a port and the server binding it (seconds, while a server imports),
+# any connection on the machine can take it, and a CI run failed that way once (Flower). Below the
+# range only another listener can, and each is checked for.
+SERVER_PORTS_FROM = 20000
+_draw = random.SystemRandom()  # not the global generator: a test that seeds it must not make two
+# processes draw the same ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
 
 def free_port() -> int:
+    """A port that a server of ours could bind now, drawn from below the ephemeral range (see
+    above); the kernel's choice where that range leaves no room."""
+    low = _ephemeral_range()[0]
+    if low - SERVER_PORTS_FROM >= 1000:
+        for _ in range(50):
+            port = _draw.randrange(SERVER_PORTS_FROM, low)
+            if _bind_error(port) is None:
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from cli.processes import RestartPolicy, ServerPort, http_ok, port_for
+from cli.processes import SERVER_PORTS_FROM, RestartPolicy, ServerPort, _ephemeral_range, free_port, http_ok, port_for
 from yana import INSTANCE_HEADER
 
 
@@ -52,6 +52,26 @@ def test_a_default_port_moves_when_taken_by_the_time_the_server_starts():
         moved = default.take()
         assert moved != port and default.take() == moved
         assert asked.take() == port  # asked for: kept, and that start fails loudly
+
+
+def test_server_ports_are_drawn_below_the_ephemeral_range_whatever_random_was_seeded_with():
+    """Outgoing connections take their source ports from the ephemeral range, so a port drawn there
+    could be taken before our server binds it; and two processes that seeded `random` alike must
+    not draw the same ports."""
+    import random
+
+    low = _ephemeral_range()[0]
+    if low - SERVER_PORTS_FROM < 1000:
+        pytest.skip(f"this machine's ephemeral range starts at {low}: no room below it")
+    drawn = []
+    for _ in range(2):
+        random.seed(7)
+        drawn.append([free_port() for _ in range(5)])
+    assert all(SERVER_PORTS_FROM <= p < low for p in drawn[0] + drawn[1]), drawn
+    assert drawn[0] != drawn[1]
+    port = drawn[0][0]
+    with socket.socket() as s:  # and a server can bind it
+        s.bind(("127.0.0.1", port))
 
 
 class _Foreign(BaseHTTPRequestHandler):

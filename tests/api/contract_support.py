@@ -7,7 +7,6 @@ is, they get the contract without doing anything else."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from api.contract import ContractRoute, contract
 from api.schemas import ERRORS, Envelope
+from cli.processes import free_port
 from yana.errors import YanaError
 
 probe = APIRouter(prefix="/test", tags=["probe"], route_class=ContractRoute)
@@ -136,12 +136,6 @@ async def native_cap(body: Payload) -> dict:
 async def bare() -> dict:
     """A body without the versions: the contract adds them."""
     return {"value": 1}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build_app(with_probes: bool = True) -> FastAPI:
