@@ -13,8 +13,9 @@ at a larger picture of both:
    bounding box covers under MIN_AREA of the candidate's picture (a few marks matched, not the
    label: an edition in another layout), is "not the same picture";
 3. comparison on a GRID x GRID grid over the candidate's label area (the inliers' bounding box,
-   widened by WIDEN of its size each side; cells where the warped query has no pixels, a crop's
-   edge, left out):
+   widened by WIDEN of its size each side), only where both photographs show the label: cells
+   where the warped query has no pixels (a crop's edge) or that reach past the label's paper onto
+   the table (`_paper`, shared with step 4) left out:
    - colour: per cell the median Lab a/b of both, the distance at the 80th percentile of cells
      (another palette);
    - structure: per cell 1 - the correlation of the blurred greys at the cell's best shift of up
