@@ -57,9 +57,17 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _up_url(proc: subprocess.Popen, data_dir: Path, key: str = "YANA_API_URL", health: str = "/v1/health") -> str:
-    """A server's URL from up.env, once `yana up` wrote it and the server there answers. Tests start
-    `yana up` on its default ports and read where it put them: a port found free and passed
+def _up_url(
+    proc: subprocess.Popen,
+    data_dir: Path,
+    key: str = "YANA_API_URL",
+    health: str = "/v1/health",
+    instance: str | None = None,
+) -> str:
+    """A server's URL from up.env, once `yana up` wrote it and the server there answers (with
+    `instance`, only with that instance token: after a restart, up.env names the old port until
+    the supervisor rewrites it, and another suite's `yana up` may have taken that port). Tests
+    start `yana up` on its default ports and read where it put them: a port found free and passed
     explicitly can be taken by another process before the server binds it (CI failed that way)."""
     from cli.api_link import read_up_env
 
@@ -68,9 +76,12 @@ def _up_url(proc: subprocess.Popen, data_dir: Path, key: str = "YANA_API_URL", h
             raise AssertionError(f"yana up exited early ({proc.returncode}):\n{proc.stdout.read()}")
         url = read_up_env(data_dir).get(key)
         try:
-            return url if url and httpx.get(url + health, timeout=1).status_code == 200 else None
+            r = httpx.get(url + health, timeout=1) if url else None
         except httpx.HTTPError:
             return None
+        if r is None or r.status_code != 200 or (instance and r.headers.get(INSTANCE_HEADER) != instance):
+            return None
+        return url
 
     return wait_for(ready, timeout_s=180, interval_s=0.5, what=f"yana up's {key} answering")
 
@@ -206,6 +217,7 @@ def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
     proc = _start_up(data_dir, None, None)
     try:
         api = _up_url(proc, data_dir)
+        ours = httpx.get(api + "/v1/health", timeout=5).headers[INSTANCE_HEADER]
         with httpx.Client(base_url=api, timeout=30) as client:
             # the API dies (kill -9) while a job runs: it comes back (on its port, or on another
             # one that up.env names if its port was taken meanwhile), and the job goes on
@@ -213,7 +225,7 @@ def test_dead_children_are_restarted_and_jobs_go_on(tmp_path):
             old_api = _child(proc, "uvicorn")
             old_api.kill()
             wait_for(lambda: not old_api.is_running() or old_api.status() == psutil.STATUS_ZOMBIE, what="api gone")
-            client.base_url = httpx.URL(_up_url(proc, data_dir))
+            client.base_url = httpx.URL(_up_url(proc, data_dir, instance=ours))
             assert _child(proc, "uvicorn").pid != old_api.pid
             assert wait_job(client, running, 60)["status"] == "succeeded"
 

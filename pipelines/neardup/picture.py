@@ -86,6 +86,7 @@ MARK_WEAK = 0.10
 MARK_REACH = 5
 MARK_NEAR = 0.4
 PAPER_DE = 14.0
+PAPER_ERODE = np.ones((5, 5), np.uint8)  # what is compared keeps this far inside the paper's edge
 # Tune split, pairs every other part lets through (bench/picture_pairs.py seeds 7 and 8, and 432
 # re-photographed pairs of seeds 9-14 drawn as picture_pairs draws them): re-photographs 0-0.40
 # (all but 9 under 0.1); editions in the same palette and layout that differ by a frame or an
@@ -253,15 +254,12 @@ def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
         # label's edge, where one photograph's table is light and the other's dark (a strong edge
         # in one, none in the other). Tune seeds 17-19 (180 re-photographs, 135 edition pairs):
         # re-photographs the picture rejected 13 -> 6, editions it passed 5 -> the same 5.
-        on_label = valid & (cv2.erode((paper_q & paper_c).astype(np.uint8), _ERODE) > 0)
+        on_label = valid & (cv2.erode((paper_q & paper_c).astype(np.uint8), PAPER_ERODE) > 0)
     parts = _grid_parts(cv2, lab_q, lab_c, on_label, (x0, y0, x1, y1), n_in)
     parts.box = box
     if parts.colour != float("inf") and paper_q is not None and paper_c is not None:
-        parts.marks = _unmatched_marks(cv2, lab_q, lab_c, valid, text_box, paper_q & paper_c)
+        parts.marks = _unmatched_marks(cv2, lab_q, lab_c, valid, text_box, pixel_box, paper_q & paper_c)
     return parts
-
-
-_ERODE = np.ones((5, 5), np.uint8)
 
 
 def _paper(cv2, lab: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray | None:
@@ -284,16 +282,18 @@ def _paper(cv2, lab: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray |
     return out > 0
 
 
-def _unmatched_marks(cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, text_box, paper) -> float:
+def _unmatched_marks(
+    cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, text_box, box, paper: np.ndarray
+) -> float:
     """Marks on the label in one photograph (Lab, aligned) and not the other (MARK_* above), px
-    per px of the label's side; `paper`: the label's paper in both (`_paper`)."""
+    per px of the label's side. `text_box`: the inliers' box (float), `box` its pixels;
+    `paper`: the label's paper in both photographs (`_paper`)."""
     h, w = valid.shape
     x0, y0, x1, y1 = text_box
-    box = (int(max(0, x0)), int(max(0, y0)), int(min(w, x1)) + 1, int(min(h, y1)) + 1)
     ex, ey = (x1 - x0) * MARK_NEAR, (y1 - y0) * MARK_NEAR
     near = np.zeros((h, w), bool)
     near[int(max(0, y0 - ey)) : int(min(h, y1 + ey)), int(max(0, x0 - ex)) : int(min(w, x1 + ex))] = True
-    region = cv2.erode((paper & valid).astype(np.uint8), _ERODE) > 0
+    region = cv2.erode((paper & valid).astype(np.uint8), PAPER_ERODE) > 0
     region &= near
     area = int(region.sum())
     if area == 0:
