@@ -572,6 +572,12 @@ def _brand_particle(ln: Line) -> str:
     return "".join(chars)
 
 
+# Sentence punctuation inside a brand line is the recogniser's, not the name's: a brush stroke's
+# end read as 。 or 、 between two kanji (白。鶴, tune split identity seed 20), which kept two
+# photographs of one label out of each other's read-the-same set. Names keep ・ and ー.
+_STRAY_IN_NAME = re.compile(r"[。、,.，．｡､]")
+
+
 def _brand(lines: list[Line], out: dict[str, Field]) -> None:
     gz = gazetteer()
     brands = {fuzzy_key(b.name): b for b in gz.of("brand")}
@@ -583,6 +589,7 @@ def _brand(lines: list[Line], out: dict[str, Field]) -> None:
         second = sizes[1] if len(sizes) > 1 else 0.0
         text = _brand_particle(ln)
         value = re.sub(r"^[\W_]+|[\W_]+$", "", normalize(text)) or normalize(text)
+        value = _STRAY_IN_NAME.sub("", value) or value
         k = fuzzy_key(value)
         conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
         if k in brands:  # a known brand read with a confusable character (洒/酒 ...)

@@ -149,6 +149,17 @@ def test_a_doubted_kanji_between_kanji_is_the_name_particle_the_recogniser_offer
     assert extract_fields(reading("風八光", ())).values()["brand_name"] == "風八光"
 
 
+def test_sentence_punctuation_inside_the_brand_line_is_no_part_of_the_brand():
+    def brand(text):
+        big = Line(text, ((0, 0), (300, 0), (300, 100), (0, 100)), 0.9, False)
+        return extract_fields(Reading((big, _line("精米歩合 60%", 0, 150, 200, 170)), "ppocr")).values()["brand_name"]
+
+    assert brand("白。鶴") == "白鶴"  # a brush stroke's end read as a full stop
+    assert brand("風、の里") == "風の里"
+    assert brand("ゆき・ひかり") == "ゆき・ひかり"  # a name's own middle dot stays
+    assert brand("。") == "。"  # nothing but punctuation: kept as read, not emptied
+
+
 def test_punctuation_after_the_grade_label_is_no_part_of_the_grade():
     assert extract_fields(["特定名称•吟醸"]).values()["grade"] == "吟醸"
     assert extract_fields(["【純米大吟醸】"]).values()["grade"] == "純米大吟醸"
