@@ -395,19 +395,9 @@ class Verifier:
         if only:  # the fields read off one side only: their lines looked up on the other
             mine = {k for k in printed.FIELDS if read_value(self.said.get(k))}
             one_sided |= mine ^ {k for k in printed.FIELDS if read_value(stored_said(theirs).get(k))}
-        # Where every field is read off both photographs as the same value (no field read off one
-        # side only, none unsure), their lines are not searched for a glyph printed otherwise. Not
-        # where one is: a line's crop reaches into its neighbour's (vertical columns side by side),
-        # and a number read off one side only can show in its neighbour's line alone.
-        relations = {k: _relation(self.said.get(k), stored_said(theirs).get(k)) for k in printed.FIELDS}
-        read_either = {k for k in printed.FIELDS if read_value(self.said.get(k)) or read_value(stored_said(theirs).get(k))}
-        alike = {k for k, how in relations.items() if how == "same"}
-        if one_sided or alike != read_either:
-            alike = set()
-        differs = found.differs_beside(alike)
-        if differs or any(found.field_differs(k) for k in one_sided):
+        if found.differs or any(found.field_differs(k) for k in one_sided):
             return "printed lines differ"
-        if needs and (differs is None or any(found.field_differs(k) is None for k in one_sided)):
+        if needs and (found.differs is None or any(found.field_differs(k) is None for k in one_sided)):
             return "printed lines not compared"
         return ""
 

@@ -123,19 +123,9 @@ class Verdict:
     @property
     def differs(self) -> bool | None:
         """True: another printed text; False: the same; None: nothing could be compared."""
-        return self.differs_beside(())
-
-    def differs_beside(self, read_alike) -> bool | None:
-        """`differs`, where the lines of the fields in `read_alike` (read off both photographs as
-        the same value) are judged by their level only, not by their worst window. The worst
-        window is there to find a glyph printed otherwise, a digit read off one side only; where
-        both readings give the same value, the text already says the glyphs are the same, and
-        what lifts one window of a re-photographed line over MAX_RATIO x its level is the photo
-        (tune identity seeds 18 and 20: 4 re-photographs whose five read fields all agreed were
-        kept apart at ratios 3.22-3.45). Another typeface still lifts the whole line (MAX_MEDIAN)."""
         if not self.lines:
             return None
-        return self.median > MAX_MEDIAN or any(ln.ratio > MAX_RATIO for ln in self.lines if ln.field not in read_alike)
+        return self.median > MAX_MEDIAN or self.ratio > MAX_RATIO
 
     def field_differs(self, key: str) -> bool | None:
         """Whether the line of one field is printed otherwise (None: that line was not compared)."""

@@ -128,35 +128,3 @@ def test_a_number_read_off_one_side_only_is_looked_up_on_the_other(photos, tmp_p
     verdict = _judge(photos, LocalBlobStore(tmp_path / "b"), "line_b", "line_a", drop="seimai")
     assert verdict["same"] is False and "printed lines differ" in verdict["reason"], verdict
 
-
-def test_a_line_read_alike_off_both_photographs_is_judged_by_its_level_only():
-    # one window of the 内容量 line 3.5 x the line's level: a glyph printed otherwise, unless both
-    # readings gave the same value (then the photo lifted it); another typeface lifts the level
-    lines = [printed.Line("volume", "q", 0.02, 0.07), printed.Line("grade", "q", 0.02, 0.03)]
-    found = printed.Verdict(lines, 120)
-    assert found.differs is True
-    assert found.differs_beside({"volume"}) is False
-    assert found.differs_beside({"grade"}) is True
-    other_face = printed.Verdict([printed.Line("volume", "q", 0.3, 0.35), printed.Line("grade", "q", 0.3, 0.32)], 120)
-    assert other_face.differs_beside({"volume", "grade"}) is True
-    assert printed.NOTHING.differs_beside({"volume"}) is None
-
-
-def test_only_text_read_alike_on_every_field_spares_a_line_its_worst_window():
-    img = Image.new("RGB", (64, 64), "white")
-    said = {"brand_name": "白鶴", "grade": "純米吟醸", "volume": "720ml"}
-    _e, _d, verify = decision.verifier_for(img, None, 10, said=said)
-    found = printed.Verdict([printed.Line("volume", "q", 0.02, 0.07), printed.Line("grade", "q", 0.02, 0.03)], 120)
-    # every field read off both photographs, the same values: the 内容量 line's worst window is the photo
-    assert verify._printed_veto(found, {"said": dict(said)}, False, False, set()) == ""
-    # 内容量 read off the query only: its line may hide a digit printed otherwise
-    theirs = {"said": {k: v for k, v in said.items() if k != "volume"}}
-    assert verify._printed_veto(found, theirs, True, True, set()) == "printed lines differ"
-    # another field read off one side only: a line's crop reaches into its neighbour's, so no
-    # line is spared its worst window
-    theirs = {"said": {**said, "alcohol": "15度"}}
-    assert verify._printed_veto(found, theirs, True, True, set()) == "printed lines differ"
-    # a number read as values that may be one another: confirmed by its line, no line spared
-    theirs = {"said": {**said, "volume": "120ml|720ml"}}
-    assert decision.maybe_differs(verify.said, theirs["said"]) == {"volume"}
-    assert verify._printed_veto(found, theirs, False, True, {"volume"}) == "printed lines differ"
