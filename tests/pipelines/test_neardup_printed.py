@@ -127,4 +127,3 @@ def test_a_number_read_off_one_side_only_is_looked_up_on_the_other(photos, tmp_p
     assert before["same"] is True, before
     verdict = _judge(photos, LocalBlobStore(tmp_path / "b"), "line_b", "line_a", drop="seimai")
     assert verdict["same"] is False and "printed lines differ" in verdict["reason"], verdict
-
