@@ -68,8 +68,8 @@ MIN_INLIERS = 25
 MIN_AREA = 0.10  # the inliers' bounding box, of the candidate picture's area
 ORB_FEATURES = 1500
 # The limits, chosen on the tune split (bench/picture_pairs.py, seeds 7 and 8: re-photographs'
-# colour 0.0-3.96 but 2 of 80, editions in another palette 4.11 and up; re-photographs' structure
-# at most 0.41 but 7 of 80, editions in the same palette 0.05-0.71).
+# colour, at the 80th percentile then, 0.0-3.96 but 2 of 80, editions in another palette 4.11 and
+# up; re-photographs' structure at most 0.41 but 7 of 80, editions in the same palette 0.05-0.71).
 MAX_COLOUR = 4.0
 # Which cells' colour distance is the picture's: the 60th percentile, not the 80th it was. A glare
 # spot whitens part of a label's paper (its chroma falls) in one photograph; another palette
