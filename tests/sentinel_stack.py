@@ -5,7 +5,7 @@ sentinels (real redis-server processes), Chroma, one worker and the API pointed 
 `run_failover` is the scenario both use: a bulk ingest, kill -9 of the master while it runs, the
 old master's host brought back empty, and the account of every accepted job; it returns the
 timings instead of judging them. Every Redis node is started by docker-compose.yml's node command,
-which asks the sentinels for the master first: the host that comes back is a replica at once."""
+which asks every sentinel for the master first: the host that comes back is a replica at once."""
 
 from __future__ import annotations
 

@@ -150,6 +150,33 @@ def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path)
             _stop(p)
 
 
+@pytest.mark.stack  # starts redis-server processes of its own
+def test_a_node_follows_the_newest_failover_not_the_first_sentinel_to_answer(tmp_path):
+    """After a failover a sentinel can lag: one that has not yet heard of it (stopped by a slow
+    fsync of its config, say) still names the old master. The old master's host, back empty, must
+    follow the sentinel with the newer config epoch; asking the lagging one first made it a second
+    master, and the lagging sentinel then turned the promoted one into its replica (CI lost every
+    job accepted before the kill in tests/workers/test_sentinel_failover.py)."""
+    other_port, node_port = free_port(), free_port()
+    stale_port, fresh_port = free_port(), free_port()
+    procs = [_redis(other_port, tmp_path / "other")]
+    try:
+        for name, port, master, epoch in (("stale", stale_port, node_port, 0), ("fresh", fresh_port, other_port, 1)):
+            conf = tmp_path / f"{name}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {master} 2\n"
+                f"sentinel config-epoch {MASTER} {epoch}\n"
+            )
+            procs.append(_start([redis_server_binary(), str(conf), "--sentinel"], tmp_path))
+            wait_for(lambda port=port: _master_named(port, MASTER), timeout_s=20, what=f"the {name} sentinel")
+        procs.append(_node(tmp_path / "again", node_env({}, node_port, [stale_port, fresh_port], None)))
+        info = redis.Redis(port=node_port, socket_timeout=2, decode_responses=True).info("replication")
+        assert info["role"] == "slave" and int(info["master_port"]) == other_port
+    finally:
+        for p in procs:
+            _stop(p)
+
+
 def _redis(port: int, folder: Path) -> subprocess.Popen:
     server = start_redis(folder, port, folder / "logs", os.environ.copy())
     wait_for(server.healthy, timeout_s=20, what="redis-server")
