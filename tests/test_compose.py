@@ -136,11 +136,7 @@ def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path)
         procs.append(_node(tmp_path / "first", node_env({}, node_port, [sentinel_port], None)))
         assert _role(node_port) == "master"
         _stop(procs.pop())
-        (tmp_path / "sentinel.conf").write_text(
-            f"port {sentinel_port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {other_port} 2\n"
-        )
-        procs.append(_start([redis_server_binary(), str(tmp_path / "sentinel.conf"), "--sentinel"], tmp_path))
-        wait_for(lambda: _master_named(sentinel_port, MASTER), timeout_s=20, what="the sentinel")
+        procs.append(_sentinel(tmp_path, "sentinel", sentinel_port, other_port))
         # The same node again, first role still "master": the sentinels name another one.
         procs.append(_node(tmp_path / "again", node_env({}, node_port, [sentinel_port], None)))
         info = redis.Redis(port=node_port, socket_timeout=2, decode_responses=True).info("replication")
@@ -161,20 +157,31 @@ def test_a_node_follows_the_newest_failover_not_the_first_sentinel_to_answer(tmp
     stale_port, fresh_port = free_port(), free_port()
     procs = [_redis(other_port, tmp_path / "other")]
     try:
-        for name, port, master, epoch in (("stale", stale_port, node_port, 0), ("fresh", fresh_port, other_port, 1)):
-            conf = tmp_path / f"{name}.conf"
-            conf.write_text(
-                f"port {port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {master} 2\n"
-                f"sentinel config-epoch {MASTER} {epoch}\n"
-            )
-            procs.append(_start([redis_server_binary(), str(conf), "--sentinel"], tmp_path))
-            wait_for(lambda port=port: _master_named(port, MASTER), timeout_s=20, what=f"the {name} sentinel")
+        procs.append(_sentinel(tmp_path, "stale", stale_port, node_port, epoch=0))
+        procs.append(_sentinel(tmp_path, "fresh", fresh_port, other_port, epoch=1))
         procs.append(_node(tmp_path / "again", node_env({}, node_port, [stale_port, fresh_port], None)))
         info = redis.Redis(port=node_port, socket_timeout=2, decode_responses=True).info("replication")
         assert info["role"] == "slave" and int(info["master_port"]) == other_port
     finally:
         for p in procs:
             _stop(p)
+
+
+def _sentinel(folder: Path, name: str, port: int, master_port: int, *, epoch: int = 0) -> subprocess.Popen:
+    """A real sentinel naming the master on `master_port`, at config epoch `epoch` (what a
+    failover raises), once it answers."""
+    conf = folder / f"{name}.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n"
+        f"sentinel config-epoch {MASTER} {epoch}\n"
+    )
+    p = _start([redis_server_binary(), str(conf), "--sentinel"], folder)
+    try:
+        wait_for(lambda: _master_named(port, MASTER), timeout_s=20, what=f"the {name} sentinel")
+    except BaseException:
+        _stop(p)
+        raise
+    return p
 
 
 def _redis(port: int, folder: Path) -> subprocess.Popen:
