@@ -546,7 +546,7 @@ class PHashIndex:
     ) -> Outcome:
         """Index an image unless an indexed one is the same label. `entry`: the signature entry
         stored for later verifiers; `verify`: the second stage (None: distance <= threshold);
-        `fields_digest` / `text_digest`: labels indexed with the same uploader fields / read brand
+        `fields_digest` / `text_digest`: labels indexed with the same uploader fields / a brand read alike
         are candidates at any distance."""
         phash_hex = phash_hex.lower()
         key = sha1[:16]

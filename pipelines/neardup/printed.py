@@ -33,6 +33,11 @@ from pipelines.neardup.picture import fit_within, open_original, opencv
 
 # The fields whose lines are compared (the brand is brush lettering, compared by the picture).
 FIELDS = ("grade", "seimai", "alcohol", "volume")
+# The brand's line is kept too, but compared only for itself: where two photographs read the brand
+# alike but not the same (decision.brands_alike), its line must be printed alike. It never counts
+# toward the lines' overall verdict (brush lettering compares less evenly than print).
+BRAND = "brand_name"
+LINE_FIELDS = (*FIELDS, BRAND)
 SIDE = 1600  # longest side of the greys compared (px)
 HOMOGRAPHY_SIDE = 900  # longest side the homography is fitted at
 ORB_FEATURES = 3000
@@ -77,7 +82,7 @@ def field_lines(reading: dict | None) -> dict[str, list[float]]:
     w, h = float(size[0]), float(size[1])
     by_text = {ln.get("text"): ln for ln in reading.get("lines") or []}
     out: dict[str, list[float]] = {}
-    for key in FIELDS:
+    for key in LINE_FIELDS:
         f = (reading.get("fields") or {}).get(key) or {}
         ln = by_text.get(f.get("evidence")) if f.get("value") and f.get("source", "ocr") == "ocr" else None
         if not ln or not ln.get("box"):
@@ -112,18 +117,24 @@ class Verdict:
     inliers: int
 
     @property
+    def _printed(self) -> list[Line]:
+        """The field lines in print (the brand's line is judged only for itself: field_differs)."""
+        return [ln for ln in self.lines if ln.field != BRAND]
+
+    @property
     def median(self) -> float:
         """The median over lines of each line's median window dissimilarity (another typeface)."""
-        return float(np.median([ln.median for ln in self.lines])) if self.lines else 0.0
+        printed = self._printed
+        return float(np.median([ln.median for ln in printed])) if printed else 0.0
 
     @property
     def ratio(self) -> float:
-        return max((ln.ratio for ln in self.lines), default=1.0)
+        return max((ln.ratio for ln in self._printed), default=1.0)
 
     @property
     def differs(self) -> bool | None:
         """True: another printed text; False: the same; None: nothing could be compared."""
-        if not self.lines:
+        if not self._printed:
             return None
         return self.median > MAX_MEDIAN or self.ratio > MAX_RATIO
 
@@ -133,7 +144,7 @@ class Verdict:
         return any(ln.differs for ln in found) if found else None
 
     def summary(self) -> dict:
-        return {"lines": len(self.lines), "median": round(self.median, 3), "ratio": round(self.ratio, 2)}
+        return {"lines": len(self._printed), "median": round(self.median, 3), "ratio": round(self.ratio, 2)}
 
 
 NOTHING = Verdict([], 0)

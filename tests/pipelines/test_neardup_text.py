@@ -191,6 +191,35 @@ def test_numbers_that_may_be_read_as_one_another_neither_agree_nor_veto():
     assert decision.read_value("56%|55%") == "56%"
 
 
+def test_brands_read_alike_meet_by_text_and_neither_agree_nor_veto():
+    """Brush lettering read twice: a cursive の read as 八 or left out, a stroke read as another
+    kanji. Brands that begin and end alike with at most two characters between them differing
+    share a read-the-same set (candidates at any distance) and are only consistent, like numbers
+    that may be one another: the brand's printed line must be compared alike before a merge."""
+    for a, b in [("天の雫", "天刀雫"), ("花の里", "花里"), ("朝里", "朝和口里"), ("春のしぼり", "春のしぽり")]:
+        assert decision.brands_alike(a, b) and decision.brands_alike(b, a), (a, b)
+        assert decision.text_digest({"brand_name": a}) == decision.text_digest({"brand_name": b}) != ""
+        x, y = {"brand_name": a, "seimai": "55%"}, {"brand_name": b, "seimai": "55%"}
+        assert decision.read_conflict(x, y) is None and decision.text_consistent(x, y), (a, b)
+        assert not decision.text_agrees(x, y) and decision.maybe_differs(x, y) == {"brand_name"}
+    for a, b in [("白鶴", "白鷹"), ("梵", "作"), ("獺祭", "田酒"), ("八海山", "八海山山山山"), ("十四代", "千四代")]:
+        assert not decision.brands_alike(a, b), (a, b)
+        assert decision.read_conflict({"brand_name": a}, {"brand_name": b}) == "brand_name", (a, b)
+    assert decision.text_digest({"brand_name": "白鶴"}) != decision.text_digest({"brand_name": "白鷹"})
+
+
+def test_a_brand_read_alike_never_merges_unconfirmed():
+    """The same photograph resized (the pixels join it) with its brand read alike, not the same: no
+    printed-lines check here, so no merge; read the same, it merges as before."""
+    a, _b = _photos(1)
+    smaller = a.resize((a.width * 3 // 4, a.height * 3 // 4))
+    base = {"seimai": "55%", "alcohol": "18度"}
+    same, _row = _judge_said(smaller, a, ({}, {**base, "brand_name": "白乃雫"}), ({}, {**base, "brand_name": "白乃雫"}))
+    assert same is not None
+    alike, row = _judge_said(smaller, a, ({}, {**base, "brand_name": "白八雫"}), ({}, {**base, "brand_name": "白乃雫"}))
+    assert alike is None and row["reason"].endswith("printed lines not compared"), row
+
+
 def test_a_number_that_may_be_another_never_merges_unconfirmed():
     """The same photograph resized (the pixels join it) with a number read as values that may be
     one another: without its printed line compared (no printed-lines check here) it is not merged,
