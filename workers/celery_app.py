@@ -6,7 +6,7 @@ from celery import Celery
 from kombu import Queue
 
 from workers.queues import QUEUES
-from yana.clients import celery_redis_config
+from yana.clients import celery_redis_config, celery_transport_options
 from yana.settings import get_settings
 
 TASK_MODULES = [
@@ -24,15 +24,12 @@ TASK_MODULES = [
 def create_app() -> Celery:
     s = get_settings()
     # REDIS_URL may name Redis Sentinel: broker and results then follow the current master.
-    url, sentinel_options = celery_redis_config(s.redis_url)
+    url, _sentinel_options = celery_redis_config(s.redis_url)
     app = Celery("yana", broker=url, backend=url, include=TASK_MODULES)
     transport = {
-        **sentinel_options,
+        **celery_transport_options(s.redis_url, s.redis_timeout_s),
         # Must exceed the longest task, or Redis hands an unacked message to a second worker.
         "visibility_timeout": s.visibility_timeout_s,
-        "socket_keepalive": True,
-        "retry_on_timeout": True,
-        "health_check_interval": 30,
     }
     app.conf.update(
         task_serializer="json",

@@ -10,15 +10,15 @@ from celery import Celery
 from kombu import Queue
 
 from workers.queues import QUEUES
-from yana.clients import celery_redis_config
+from yana.clients import celery_redis_config, celery_transport_options
 from yana.settings import get_settings
 
 
 def create_app() -> Celery:
     s = get_settings()
-    url, sentinel_options = celery_redis_config(s.redis_url)
+    url, _sentinel_options = celery_redis_config(s.redis_url)
     app = Celery("yana", broker=url, backend=url)
-    transport = {**sentinel_options, "socket_keepalive": True, "retry_on_timeout": True, "health_check_interval": 30}
+    transport = celery_transport_options(s.redis_url, s.redis_timeout_s)
     app.conf.update(
         accept_content=["json"],
         result_accept_content=["json"],

@@ -103,6 +103,29 @@ def celery_redis_config(url: str) -> tuple[str, dict]:
     return joined, {"master_name": target.service}
 
 
+def celery_transport_options(url: str, timeout_s: float) -> dict:
+    """Broker and result-backend transport options for REDIS_URL (Celery's worker and Flower).
+
+    Every socket gets `timeout_s` (REDIS_TIMEOUT_S), the sentinels too: without one, a command sent
+    on a connection to a master that died in a failover can wait forever, and kombu's own health
+    checks never run again (its documentation of `socket_timeout`). A CI run of the Sentinel
+    failover test saw exactly that: the worker never consumed again after the master's kill -9,
+    with no "connection lost" logged. The BRPOP a consumer waits in is sent with a 1 s server-side
+    timeout, so the socket timeout never cuts a healthy wait."""
+    _url, sentinel_options = celery_redis_config(url)
+    opts: dict = {
+        **sentinel_options,
+        "socket_keepalive": True,
+        "retry_on_timeout": True,
+        "health_check_interval": 30,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+    }
+    if sentinel_options:
+        opts["sentinel_kwargs"] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    return opts
+
+
 @lru_cache(maxsize=4)
 def _chroma(url: str | None, path: str, timeout_s: float = 30.0):
     # Imported here: chromadb is heavy (and pulls onnxruntime/opentelemetry), and processes that
