@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -27,8 +28,32 @@ def stores(tmp_path_factory):
 
 
 def _paused(svc):
+    """SIGSTOP the service's process group, and wait until every thread of it has stopped: kill()
+    returns before the signal is taken, and on a loaded machine a server thread could still answer
+    the call the test then makes (a CI unit-tier run saw Chroma's heartbeat answered)."""
     os.killpg(svc.proc.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while not _all_stopped(svc.proc.pid):
+        assert time.monotonic() < deadline, f"{svc.name} did not stop"
+        time.sleep(0.02)
     return svc
+
+
+def _all_stopped(pgid: int) -> bool:
+    """Every thread of every process in `pgid` is stopped (state T in /proc)."""
+    found = False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                found = True
+                if Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                    return False
+        except (OSError, ValueError, IndexError):
+            continue  # the process or thread ended meanwhile
+    return found
 
 
 def test_paused_redis_times_out(stores):
