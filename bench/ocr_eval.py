@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pipelines.text.distance import edit_distance  # noqa: E402
+
 FIELDS = ("brand_name", "brewery", "prefecture", "grade", "seimai", "alcohol", "volume", "city")
 BARS = {"brand_name": 0.9, "brewery": 0.85, "prefecture": 0.9, "grade": 0.95}
 SECTIONS: list[Callable[[dict], list[str]]] = []
@@ -46,16 +48,6 @@ _reader_opts: dict = {}
 
 def _norm(text: str) -> str:
     return "".join(unicodedata.normalize("NFKC", text).split())
-
-
-def _edit(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-        prev = cur
-    return prev[-1]
 
 
 def _init(engine: str, opts: dict) -> None:
@@ -129,12 +121,12 @@ def score(samples, results: list[dict]) -> dict:
         gt = _norm("".join(s.lines))
         got = _norm(r["text"].replace("\n", ""))
         chars_o += len(gt)
-        errs_o += min(len(gt), _edit(gt, got))
+        errs_o += min(len(gt), edit_distance(gt, got))
         read_lines = [_norm(x) for x in r["lines"]] or [""]
         for line in s.lines:
             g = _norm(line)
             chars_l += len(g)
-            errs_l += min(len(g), min(_edit(g, x) for x in read_lines))
+            errs_l += min(len(g), min(edit_distance(g, x) for x in read_lines))
         truth = s.spec.fields()
         for f in FIELDS:
             if f in truth:

@@ -24,7 +24,7 @@ TASK_MODULES = [
 def create_app() -> Celery:
     s = get_settings()
     # REDIS_URL may name Redis Sentinel: broker and results then follow the current master.
-    url, _sentinel_options = celery_redis_config(s.redis_url)
+    url = celery_redis_config(s.redis_url)[0]
     app = Celery("yana", broker=url, backend=url, include=TASK_MODULES)
     transport = {
         **celery_transport_options(s.redis_url, s.redis_timeout_s),

@@ -16,7 +16,7 @@ from yana.settings import get_settings
 
 def create_app() -> Celery:
     s = get_settings()
-    url, _sentinel_options = celery_redis_config(s.redis_url)
+    url = celery_redis_config(s.redis_url)[0]
     app = Celery("yana", broker=url, backend=url)
     transport = celery_transport_options(s.redis_url, s.redis_timeout_s)
     app.conf.update(

@@ -53,6 +53,7 @@ import orjson
 from PIL import Image
 
 from pipelines.neardup import picture, printed, verifier
+from pipelines.text.distance import edit_distance
 
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
@@ -146,20 +147,7 @@ def brands_alike(a: str, b: str) -> bool:
     """Two read brands that may be one name read twice (see BRAND_EDITS)."""
     if not a or not b or a[0] != b[0] or a[-1] != b[-1]:
         return False
-    return _edits(a, b, BRAND_EDITS) <= BRAND_EDITS
-
-
-def _edits(a: str, b: str, cap: int) -> int:
-    """Levenshtein distance of two short strings (cap + 1 once it is over `cap`)."""
-    if abs(len(a) - len(b)) > cap:
-        return cap + 1
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
+    return edit_distance(a, b, BRAND_EDITS) <= BRAND_EDITS
 
 
 def read_conflict(a: dict, b: dict, keys: tuple[str, ...] = READ_KEYS) -> str | None:
@@ -183,9 +171,9 @@ def text_agrees(a: dict, b: dict) -> bool:
 
 
 def text_consistent(a: dict, b: dict) -> bool:
-    """Weaker than text_agrees: the brand read the same or alike (`brands_alike`) off both and no value read off both (however
-    surely) differs, except as values that may be read as one another; a field read off one side
-    only is allowed (the OCR missed it on the other)."""
+    """Weaker than text_agrees: the brand read the same or alike (`brands_alike`) off both and no
+    value read off both (however surely) differs, except as values that may be read as one another;
+    a field read off one side only is allowed (the OCR missed it on the other)."""
     if _relation(a.get("brand_name"), b.get("brand_name"), "brand_name") not in ("same", "maybe"):
         return False
     return read_conflict(a, b) is None

@@ -1,1 +1,1 @@
-"""Plain-text helpers shared by features: chunking and blank-text checks."""
+"""Plain-text helpers shared by features: chunking, blank-text checks and edit distance."""
