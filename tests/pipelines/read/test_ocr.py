@@ -95,3 +95,43 @@ def test_unknown_engine_is_refused():
 def test_blank_image_reads_nothing():
     reading = ocr.read_image(Image.new("RGB", (320, 240), (200, 30, 30)), engine="ppocr", timeout_s=30)
     assert reading.lines == () and reading.text == ""
+
+
+def test_a_column_laid_side_by_side_keeps_each_character_whole():
+    # three dark marks of unequal height in a column, the gaps not at the even thirds: each cell
+    # of the row holds one whole mark (the cuts move to the rows without ink)
+    np = pytest.importorskip("numpy")
+    column = np.full((300, 60, 3), 255, np.uint8)
+    marks = [(5, 110), (125, 180), (205, 295)]
+    for a, b in marks:
+        column[a:b, 10:50] = 0
+    row = ocr._side_by_side(column, 3)
+    dark_cols = (row.min(axis=(0, 2)) < 128).astype(int)
+    runs = int(dark_cols[0]) + int(((dark_cols[1:] == 1) & (dark_cols[:-1] == 0)).sum())
+    assert runs == 3, "three marks, side by side"
+    ink = (row < 128).any(axis=2).sum()
+    assert ink == sum((b - a) * 40 for a, b in marks), "no mark was cut through"
+
+
+GYOSHO = "truetype/kouzan-mouhitsu/kouzan-mouhitsu-gyosho.ttf"  # a brush face in neither split
+
+
+@pytest.mark.parametrize(
+    ("layout", "brand", "photo_seed"),
+    [
+        # the tight crop alone read these 春門光 and 春心光 (the cursive の taken for a kanji) ...
+        ("vertical", "春の光", 0),
+        ("vertical", "春の光", 2),
+        # ... and this one right, where a margin's read alone (more confident) is 月八光: what the
+        # other views saw stays among the kept read's alternatives
+        ("horizontal", "月の光", 0),
+    ],
+)
+def test_display_lettering_is_read_again_from_other_views(layout, brand, photo_seed):
+    design = Design(layout=layout, brand_font=GYOSHO, text_font=PRINT, palette=0, frame=1, ornament=0)
+    spec = make_spec(
+        random.Random(3), split="tune", side="front", kind="sake", design=design, brand=brand, product_name=""
+    )
+    photo, _ = photograph(render(spec).image, random.Random(photo_seed), scale=(0.6, 0.6), crop=None, quality=(80, 80))
+    reading = ocr.read_image(photo, engine="ppocr", timeout_s=120)
+    assert extract_fields(reading).values()["brand_name"] == brand, reading.text
