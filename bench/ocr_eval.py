@@ -218,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         s.image.save(buf, "JPEG", quality=97)  # already a decoded phone JPEG: keep it as is
         images.append(buf.getvalue())
     print(
-        f"set: {len(samples)} {args.split} photos (seed {args.seed}), generated in {time.perf_counter() - t0:.1f}s; "
+        f"set: {len(samples)} photos "
+        + (f"read from {args.data}" if args.data else f"{args.split} (seed {args.seed}), generated")
+        + f" in {time.perf_counter() - t0:.1f}s; "
         f"sides {sum(s.spec.side == 'front' for s in samples)} front / {sum(s.spec.side == 'back' for s in samples)} back, "
         f"{sum(s.spec.design.layout == 'vertical' for s in samples)} vertical"
     )
