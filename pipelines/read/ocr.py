@@ -622,8 +622,6 @@ class PPOCRReader:
             reads = [(ln.text, ln.confidence, ln.alternatives)]
             reads += [r for r in (_cleaned(x) for x in self._recognise(views, deadline)) if r[0]]
             text, score, alts = max(reads, key=lambda r: r[1])
-            if text == ln.text and score == ln.confidence:
-                text, alts = ln.text, ln.alternatives
             merged = list(alts) if len(alts) == len(text) else [""] * len(text)
             for other, _, other_alts in reads:
                 if len(other) == len(text):
