@@ -542,7 +542,6 @@ class PPOCRReader:
         return tuple(out) if len(out) == n else ()
 
     def read(self, img: Image.Image, deadline: float | None = None) -> Reading:
-
         t0 = time.perf_counter()
         rgb = np.asarray(_to_rgb(img))
         bgr = np.ascontiguousarray(rgb[:, :, ::-1])
@@ -582,8 +581,6 @@ class PPOCRReader:
             with self.lock:
                 try:
                     lines = self._reread_display(bgr, lines, deadline)
-                except OcrError:
-                    raise
                 except Exception:  # noqa: BLE001 - the first read stands
                     log.exception("display lettering not read again")
         h, w = rgb.shape[:2]
@@ -602,7 +599,8 @@ class PPOCRReader:
         the first read has characters, and as the column's shape says). The read with the highest
         confidence is kept, and what the other reads of its length saw at each position (their
         characters and alternatives) joins its alternatives: a name particle seen by one view is
-        offered to `pipelines.read.fields`, which restores it where the kept read was doubted."""
+        offered to `pipelines.read.fields`, which restores it where the kept read was doubted.
+        Past the read's deadline the lines not yet read again stay as first read."""
         sized = [(k, ln.height) for k, ln in enumerate(lines) if ln.box and len(ln.text) <= DISPLAY_MAX_CHARS]
         if not sized:
             return lines
@@ -610,7 +608,8 @@ class PPOCRReader:
         chosen = sorted((x for x in sized if x[1] >= DISPLAY_SIZE * top), key=lambda x: -x[1])[:DISPLAY_LINES]
         out = list(lines)
         for k, _ in chosen:
-            _check_deadline(deadline, "display lettering")
+            if deadline is not None and time.monotonic() > deadline:
+                break  # the first read is complete: past the deadline it stands as it is
             ln = lines[k]
             crop = _crop(bgr, np.asarray(ln.box, dtype=np.float32))
             views = [_margin(crop, DISPLAY_MARGIN)]
@@ -620,7 +619,11 @@ class PPOCRReader:
                 views += [_side_by_side(crop, n) for n in sorted(cells) if n > 1]
                 views = [np.ascontiguousarray(np.rot90(v)) if i == 0 else v for i, v in enumerate(views)]
             reads = [(ln.text, ln.confidence, ln.alternatives)]
-            reads += [r for r in (_cleaned(x) for x in self._recognise(views, deadline)) if r[0]]
+            try:
+                again = self._recognise(views, deadline)
+            except OcrTimeout:
+                break
+            reads += [r for r in map(_cleaned, again) if r[0]]
             text, score, alts = max(reads, key=lambda r: r[1])
             merged = list(alts) if len(alts) == len(text) else [""] * len(text)
             for other, _, other_alts in reads:

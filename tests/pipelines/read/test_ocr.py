@@ -135,3 +135,24 @@ def test_display_lettering_is_read_again_from_other_views(layout, brand, photo_s
     photo, _ = photograph(render(spec).image, random.Random(photo_seed), scale=(0.6, 0.6), crop=None, quality=(80, 80))
     reading = ocr.read_image(photo, engine="ppocr", timeout_s=120)
     assert extract_fields(reading).values()["brand_name"] == brand, reading.text
+
+
+def test_a_deadline_passed_while_reading_display_lettering_again_keeps_the_first_read(vertical_front, monkeypatch):
+    reader = ocr.get_reader("ppocr")
+    monkeypatch.setattr(reader, "display_views", False)
+    first = reader.read(vertical_front[1].image)  # the read before the second look
+    monkeypatch.setattr(reader, "display_views", True)
+    calls = []
+    real = reader._recognise
+
+    def recognise(crops, deadline):
+        calls.append(len(crops))
+        if len(calls) > 1:  # the deadline passes after the first read, during the second look
+            raise ocr.OcrTimeout("OCR timed out during recognition")
+        return real(crops, deadline)
+
+    monkeypatch.setattr(reader, "_recognise", recognise)
+    again = reader.read(vertical_front[1].image)  # no OcrTimeout: the first read stands
+    assert len(calls) == 2, "the display lettering was looked at again"
+    assert [(ln.text, ln.confidence) for ln in again.lines] == [(ln.text, ln.confidence) for ln in first.lines]
+    assert extract_fields(again).values()["brand_name"] == "八海山"
