@@ -377,14 +377,15 @@ def _side_by_side(column: np.ndarray, n: int) -> np.ndarray:
         if hi <= lo:
             cuts.append(int(nominal))
             continue
-        least = np.flatnonzero(ink[lo : hi + 1] <= ink[lo : hi + 1].min() + 1e-6) + lo
-        at = int(least[np.argmin(np.abs(least - nominal))])
-        a = b = at
-        while a - 1 in least:
+        window = ink[lo : hi + 1]
+        least = window <= window.min() + 1e-6
+        at = min(np.flatnonzero(least), key=lambda i: abs(lo + i - nominal))
+        a = b = int(at)
+        while a > 0 and least[a - 1]:
             a -= 1
-        while b + 1 in least:
+        while b + 1 < len(least) and least[b + 1]:
             b += 1
-        cuts.append((a + b + 1) // 2)
+        cuts.append(lo + (a + b + 1) // 2)
     cuts.append(h)
     cells = [column[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
     side = max(c.shape[0] for c in cells)

@@ -8,6 +8,7 @@ import io
 import random
 import shutil
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -100,7 +101,6 @@ def test_blank_image_reads_nothing():
 def test_a_column_laid_side_by_side_keeps_each_character_whole():
     # three dark marks of unequal height in a column, the gaps not at the even thirds: each cell
     # of the row holds one whole mark (the cuts move to the rows without ink)
-    np = pytest.importorskip("numpy")
     column = np.full((300, 60, 3), 255, np.uint8)
     marks = [(5, 110), (125, 180), (205, 295)]
     for a, b in marks:
@@ -119,7 +119,7 @@ GYOSHO = "truetype/kouzan-mouhitsu/kouzan-mouhitsu-gyosho.ttf"  # a brush face i
 @pytest.mark.parametrize(
     ("layout", "brand", "photo_seed"),
     [
-        # the tight crop alone read these 春門光 and 春心光 (the cursive の taken for a kanji) ...
+        # the tight crop alone read these 春心光 and 春門光 (the cursive の taken for a kanji) ...
         ("vertical", "春の光", 0),
         ("vertical", "春の光", 2),
         # ... and this one right, where a margin's read alone (more confident) is 月八光: what the
