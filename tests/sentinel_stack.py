@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -174,8 +175,16 @@ class FailoverRun:
         )
 
 
-def run_failover(ha: HAStack, labels: int, *, seed: int = 77, kill_after: int = 10) -> FailoverRun:
-    """Ingest `labels` labels one job each; kill -9 the master once `kill_after` are accepted."""
+def run_failover(
+    ha: HAStack,
+    labels: int,
+    *,
+    seed: int = 77,
+    kill_after: int = 10,
+    after_restart: Callable[[Service], None] | None = None,
+) -> FailoverRun:
+    """Ingest `labels` labels one job each; kill -9 the master once `kill_after` are accepted.
+    `after_restart(promoted)` runs once the old master's host is back (to pause the promoted one)."""
     st, s_ports = ha.st, ha.sentinel_ports
     metas = images.label_set(labels + 1, seed=seed)
     accepted: list[str] = []
@@ -229,6 +238,8 @@ def run_failover(ha: HAStack, labels: int, *, seed: int = 77, kill_after: int = 
         # again once it has synced.
         st.services.remove(ha.master)
         ha.master = redis_node(st, f"redis-{old_port}-again", old_port, s_ports, first_master=None)
+        if after_restart is not None:
+            after_restart(next(s for s in st.services if s.url == f"redis://127.0.0.1:{new_port}/0"))
         n_before = len(accepted)
         wait_for(lambda: len(accepted) > n_before or not t.is_alive(), 90, what="a job accepted again")
         accepting_at = time.time()

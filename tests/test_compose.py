@@ -141,6 +141,25 @@ def test_a_node_starts_as_the_replica_of_the_master_the_sentinels_name(tmp_path)
         procs.append(_node(tmp_path / "again", node_env({}, node_port, [sentinel_port], None)))
         info = redis.Redis(port=node_port, socket_timeout=2, decode_responses=True).info("replication")
         assert info["role"] == "slave" and int(info["master_port"]) == other_port
+        # Promotable (replica-priority above 0) only once its first sync is done.
+        wait_for(lambda: _priority(node_port) == 100, timeout_s=30, what="replica-priority 100 after the sync")
+    finally:
+        for p in procs:
+            _stop(p)
+
+
+@pytest.mark.stack  # starts redis-server processes of its own
+def test_a_replica_that_never_synced_cannot_be_promoted(tmp_path):
+    """Sentinel promotes a replica whatever it holds: one waiting for its first sync holds nothing
+    (tests/workers/test_sentinel_failover.py lost every accepted job to that)."""
+    node_port, sentinel_port = free_port(), free_port()
+    unreachable = free_port()  # the master the sentinel names: nothing listens there
+    procs = [_sentinel(tmp_path, "sentinel", sentinel_port, unreachable)]
+    try:
+        procs.append(_node(tmp_path / "node", node_env({}, node_port, [sentinel_port], None)))
+        assert _role(node_port) == "slave"
+        time.sleep(3)  # the watcher polls every second: it has had its chances to raise it
+        assert _priority(node_port) == 0
     finally:
         for p in procs:
             _stop(p)
@@ -211,6 +230,13 @@ def _master_named(sentinel_port: int, name: str):
 def _role(port: int) -> str | None:
     try:
         return redis.Redis(port=port, socket_timeout=1, decode_responses=True).role()[0]
+    except redis.RedisError:
+        return None
+
+
+def _priority(port: int) -> int | None:
+    try:
+        return int(redis.Redis(port=port, socket_timeout=1).config_get("replica-priority")["replica-priority"])
     except redis.RedisError:
         return None
 
