@@ -137,6 +137,35 @@ def test_display_lettering_is_read_again_from_other_views(layout, brand, photo_s
     assert extract_fields(reading).values()["brand_name"] == brand, reading.text
 
 
+def test_a_name_particle_one_view_saw_outweighs_a_more_confident_read_without_it():
+    # the most confident view reads this column 風華, the cursive の skipped (the read before
+    # this rule); another view saw it
+    design = Design(layout="vertical", brand_font=GYOSHO, text_font=PRINT, palette=3, frame=0, ornament=2)
+    spec = make_spec(
+        random.Random(3), split="tune", side="front", kind="sake", design=design, brand="風の華", product_name=""
+    )
+    photo, _ = photograph(render(spec).image, random.Random(7), scale=(0.6, 0.6), crop=None, quality=(80, 80))
+    reading = ocr.read_image(photo, engine="ppocr", timeout_s=120)
+    assert extract_fields(reading).values()["brand_name"] == "風の華", reading.text
+
+
+@pytest.mark.parametrize(
+    ("reads", "kept"),
+    [
+        ([("夢里", 0.98, ("", "")), ("夢の里", 0.90, ("", "", ""))], "夢の里"),
+        # a doubted kanji offered as the particle counts (fields restores it)
+        ([("夢華", 1.0, ("", "")), ("夢門華", 0.90, ("", "八の乃", ""))], "夢門華"),
+        ([("夢華", 1.0, ("", "")), ("夢門華", 0.90, ("", "八円", ""))], "夢華"),  # no particle offered
+        ([("夢里", 0.98, ("", "")), ("夢山里", 0.95, ("", "", ""))], "夢里"),  # not a particle
+        ([("月乃里", 0.99, ("", "", "")), ("月乃乃里", 0.80, ())], "月乃里"),  # next to a particle
+        ([("りんご", 0.99, ("", "", "")), ("りのんご", 0.90, ())], "りんご"),  # not between kanji
+        ([("春光", 0.7, ("", "")), ("春の光", 0.5, ()), ("春乃光", 0.6, ())], "春乃光"),  # the likelier
+    ],
+)
+def test_the_kept_read_is_the_most_confident_unless_another_saw_a_particle_it_lacks(reads, kept):
+    assert ocr._kept_read(reads)[0] == kept
+
+
 def test_a_deadline_passed_while_reading_display_lettering_again_keeps_the_first_read(vertical_front, monkeypatch):
     reader = ocr.get_reader("ppocr")
     monkeypatch.setattr(reader, "display_views", False)
