@@ -533,11 +533,13 @@ def _brewery(lines: list[Line], out: dict[str, Field]) -> None:
 
 
 def _is_label_text(text: str) -> bool:
+    """Text a label prints besides its name: a labelled item, a number, a grade, a maker, or a
+    bracket (米(国産), the ingredients line read with its label word garbled: no name has one)."""
     t = normalize(text)
     k = fuzzy_key(text)
     return bool(
         any(w in t for w in _LABEL_WORDS)
-        or re.search(r"\d", t)
+        or re.search(r"\d|[()\[\]]", t)
         or any(fuzzy_key(g) == k for g in GRADES)
         or any(k.endswith(fuzzy_key(s)) for s in _BREWERY_SUFFIX)
     )

@@ -58,6 +58,19 @@ def test_brand_is_the_largest_lettering_and_grade_line_is_not_a_brewery():
     assert (v["prefecture"], v["city"]) == ("愛媛県", "西条市")
 
 
+def test_a_bracketed_line_is_not_the_brand_even_when_its_lettering_is_larger():
+    # a back label in columns: the ingredients line, its label word 原材料 garbled, read a little
+    # larger than the brand (check set Gyousyo seed 38, tune-38-00088)
+    reading = Reading(
+        (
+            _line("名米（国）・米(米）", 100, 100, 138, 500, vertical=True, conf=0.55),
+            _line("星里", 200, 100, 236, 180, vertical=True, conf=1.0),
+        ),
+        "test",
+    )
+    assert extract_fields(reading).values()["brand_name"] == "星里"
+
+
 def test_confused_brewery_suffix_is_restored_and_known_brand_snapped():
     reading = Reading(
         (
