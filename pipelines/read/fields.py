@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from pipelines.read.ocr import Line, Reading
+from pipelines.read.ocr import KANJI, NAME_PARTICLES, Line, Reading
 from pipelines.search import glossary
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -545,10 +545,6 @@ def _is_label_text(text: str) -> bool:
     )
 
 
-_KANJI = re.compile(r"[\u3400-\u9fff\uf900-\ufaff々]")
-_PARTICLES = "の乃ノ之"
-
-
 def _brand_particle(ln: Line) -> str:
     """The brand line's text with a name particle restored where the recogniser doubted.
 
@@ -562,9 +558,9 @@ def _brand_particle(ln: Line) -> str:
         return text
     chars = list(text)
     for i in range(1, len(chars) - 1):
-        if not alts[i] or not all(_KANJI.match(c) for c in (chars[i - 1], chars[i], chars[i + 1])):
+        if not alts[i] or not all(KANJI.match(c) for c in (chars[i - 1], chars[i], chars[i + 1])):
             continue
-        particle = next((a for a in alts[i] if a in _PARTICLES), "")
+        particle = next((a for a in alts[i] if a in NAME_PARTICLES), "")
         if particle:
             chars[i] = particle
     return "".join(chars)

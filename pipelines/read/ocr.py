@@ -398,8 +398,10 @@ def _side_by_side(column: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate(row, axis=1)
 
 
-_NAME_PARTICLES = "の乃ノ之"
-_KANJI_CHAR = re.compile(r"[\u3400-\u9fff\uf900-\ufaff々]")
+# A kanji, and the particles that join a name's two parts (天の戸, 澤乃井): shared with
+# `pipelines.read.fields`, which restores a doubted particle in the brand line.
+KANJI = re.compile(r"[\u3400-\u9fff\uf900-\ufaff々]")
+NAME_PARTICLES = "の乃ノ之"
 
 
 def _particle_at(read: tuple[str, float, tuple[str, ...]], shorter: str) -> bool:
@@ -414,8 +416,8 @@ def _particle_at(read: tuple[str, float, tuple[str, ...]], shorter: str) -> bool
             continue
         offered = text[i] + (alts[i] if len(alts) == len(text) else "")
         around = (text[i - 1], text[i + 1])
-        if any(c in _NAME_PARTICLES for c in offered) and all(
-            _KANJI_CHAR.match(c) and c not in _NAME_PARTICLES for c in around
+        if any(c in NAME_PARTICLES for c in offered) and all(
+            KANJI.match(c) and c not in NAME_PARTICLES for c in around
         ):
             return True
     return False

@@ -57,7 +57,7 @@ def test_a_node_back_empty_is_not_promoted_before_its_first_sync(ha):
     seen: dict[str, str] = {}
 
     def pause_the_promoted_master(promoted: Service) -> None:
-        back = redis.Redis(port=int(ha.master.url.rsplit(":", 1)[1].split("/")[0]), socket_timeout=1)
+        back = redis.Redis(port=ha.master_port, socket_timeout=1)  # the old master's port, its host back
 
         def answers() -> bool:
             try:
