@@ -26,7 +26,7 @@ at a larger picture of both:
      line or a seal on flat paper in one and not the other is not seen); the mean of the worst
      WORST cells minus the median cell (a typeface lives in a few cells; glare and blur of a
      re-photograph lower every cell alike); both greys with their slowly varying light
-     (SMOOTH_LIGHT) taken out first. Measured and not adopted (2026-11-27, docs/ocr.md): SSIM's
+     (SMOOTH_LIGHT, estimated over the label's paper only: `_slow_light`) taken out first. Measured and not adopted (2026-11-27, docs/ocr.md): SSIM's
      contrast-structure term, which sees a mark on flat paper, over a box widened to 30 % with the
      colour kept to the inner box.
 
@@ -264,7 +264,7 @@ def compare(query: np.ndarray, cand: np.ndarray) -> Parts:
         # in one, none in the other). Tune seeds 17-19 (180 re-photographs, 135 edition pairs):
         # re-photographs the picture rejected 13 -> 6, editions it passed 5 -> the same 5.
         on_label = valid & (cv2.erode((paper_q & paper_c).astype(np.uint8), PAPER_ERODE) > 0)
-    parts = _grid_parts(cv2, lab_q, lab_c, on_label, (x0, y0, x1, y1), n_in)
+    parts = _grid_parts(cv2, lab_q, lab_c, on_label, (x0, y0, x1, y1), n_in, (paper_q, paper_c))
     parts.box = box
     if parts.colour != float("inf") and paper_q is not None and paper_c is not None:
         parts.marks = _unmatched_marks(cv2, lab_q, lab_c, valid, text_box, pixel_box, paper_q & paper_c)
@@ -322,7 +322,25 @@ def _unmatched_marks(
     return unmatched / float(np.sqrt(area))
 
 
-def _grid_parts(cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, box, n_in: int) -> Parts:
+def _slow_light(cv2, grey: np.ndarray, paper: np.ndarray | None) -> np.ndarray:
+    """The photograph's slowly varying light (a blur of SMOOTH_LIGHT px), over the label's paper
+    only where it is known: a blur over everything mixes the table into the paper's edge (a dark
+    table darkens it, a light one lightens it), and subtracted, that halo along the label's edge
+    reads as structure one photograph has and the other lacks. Normalised convolution: the blur
+    of the paper's pixels over the blur of the paper's mask."""
+    plain = cv2.GaussianBlur(grey, (0, 0), SMOOTH_LIGHT)
+    if paper is None:
+        return plain
+    weight = paper.astype(np.float32)
+    num = cv2.GaussianBlur(grey * weight, (0, 0), SMOOTH_LIGHT)
+    den = cv2.GaussianBlur(weight, (0, 0), SMOOTH_LIGHT)
+    return np.where(den > 0.05, num / np.maximum(den, 0.05), plain)
+
+
+def _grid_parts(
+    cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, box, n_in: int, papers=(None, None)
+) -> Parts:
+    """The grid's colour and structure; `papers`: each photograph's paper (`_paper`, or None)."""
     x0, y0, x1, y1 = box
     gq = cv2.GaussianBlur(lab_q[..., 0], (0, 0), BLUR)
     gc = cv2.GaussianBlur(lab_c[..., 0], (0, 0), BLUR)
@@ -331,8 +349,8 @@ def _grid_parts(cv2, lab_q: np.ndarray, lab_c: np.ndarray, valid: np.ndarray, bo
     c = (FLAT * contrast) ** 2  # a cell's std under FLAT x the label's contrast is flat
     # Light that varies slowly (glare, an exposure gradient across a dark label) is no structure:
     # taken out, a flat area under a glare gradient stays flat in both photographs.
-    gq = gq - cv2.GaussianBlur(gq, (0, 0), SMOOTH_LIGHT)
-    gc = gc - cv2.GaussianBlur(gc, (0, 0), SMOOTH_LIGHT)
+    gq = gq - _slow_light(cv2, gq, papers[0])
+    gc = gc - _slow_light(cv2, gc, papers[1])
     xs = np.linspace(x0, x1, GRID + 1).astype(int)
     ys = np.linspace(y0, y1, GRID + 1).astype(int)
     colours, decor = [], []

@@ -189,7 +189,9 @@ def _profile(cv2, a: np.ndarray, b: np.ndarray, a_to_b: np.ndarray, line: list[f
         return None
     to_crop = np.array([[1, 0, -cx0], [0, 1, -cy0], [0, 0, 1]], np.float64) @ np.linalg.inv(a_to_b)
     size = (cx1 - cx0, cy1 - cy0)
-    warped = cv2.warpPerspective(b, to_crop, size, flags=cv2.INTER_LINEAR, borderValue=0)
+    # off b, its edge continued (not black, which would pull the line's own shift towards the edge);
+    # the windows there are not compared
+    warped = cv2.warpPerspective(b, to_crop, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     inside = cv2.warpPerspective(np.full(b.shape, 255, np.uint8), to_crop, size, flags=cv2.INTER_NEAREST, borderValue=0)
     if (inside > 0).mean() < MIN_INSIDE:  # the other photograph's crop cut the line
         return None
@@ -209,11 +211,11 @@ def _profile(cv2, a: np.ndarray, b: np.ndarray, a_to_b: np.ndarray, line: list[f
     dx, dy = at[0] - edge, at[1] - edge
     length = ca.shape[0] if vertical else ca.shape[1]
     margin = int(pad * s)
-    # b's crop padded, so every window can move by the line's shift and its own (off b's crop is
-    # no pixel of b: a window whose footprint is not inside b is skipped)
+    # b's crop padded, so every window can move by the line's shift and its own; the padding is
+    # on b where the crop's edge is (a window is skipped where its footprint is off b's photograph)
     room = edge + SHIFT
     cb = cv2.copyMakeBorder(cb, room, room, room, room, cv2.BORDER_REPLICATE)
-    ins = np.pad(ins, room, constant_values=False)
+    ins = np.pad(ins, room, mode="edge")
     out = []
     for t in range(margin, length - margin - UNIT + 1, UNIT // 2):
         win = ca[t : t + UNIT, :] if vertical else ca[:, t : t + UNIT]
@@ -222,7 +224,9 @@ def _profile(cv2, a: np.ndarray, b: np.ndarray, a_to_b: np.ndarray, line: list[f
         wy, wx = (t, 0) if vertical else (0, t)
         hh, ww = win.shape
         fy, fx = wy + dy + room, wx + dx + room  # the window's footprint in b at the line's shift
-        if ins[fy : fy + hh, fx : fx + ww].mean() < MIN_INSIDE:
+        # every pixel of the window's footprint on b's photograph: off it the warp reads black,
+        # which a window partly off the crop's edge would count as a differing glyph
+        if not ins[fy : fy + hh, fx : fx + ww].all():
             continue
         region = cb[fy - SHIFT : fy + hh + SHIFT, fx - SHIFT : fx + ww + SHIFT]
         _lo, best, _at_lo, _at = cv2.minMaxLoc(cv2.matchTemplate(region, win, cv2.TM_CCOEFF_NORMED))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -106,6 +107,31 @@ def test_a_label_under_a_glare_spot_is_one_picture(seed):
     a, b = _rephotos(seed)
     parts = _parts(b, a)
     assert picture.same_picture(parts), parts
+
+
+@pytest.mark.parametrize(("seed", "before"), [(61, 0.554), (142, 0.619)])
+def test_the_table_does_not_light_the_labels_edge(seed, before):
+    """The slow light taken out of each photograph is estimated over the label's paper only: a blur
+    over everything mixed the table (dark in one photograph, light in the other) into a band along
+    the label's edge, and that band read as structure (before: `before`, over the 0.45 limit, so
+    these re-photographs were two pictures)."""
+    a, b = _rephotos(seed)
+    parts = _parts(b, a)
+    assert parts.structure < picture.MAX_STRUCTURE < before and picture.same_picture(parts), parts
+
+
+def test_the_slow_light_is_the_papers_own():
+    """On a flat paper beside a dark table, the light estimated over the paper stays the paper's up
+    to its edge, where a plain blur falls towards the table's."""
+    cv2 = picture.opencv()
+    grey = np.full((60, 60), 20.0, np.float32)
+    grey[:, 30:] = 90.0  # the paper, right of a dark table
+    paper = np.zeros((60, 60), bool)
+    paper[:, 30:] = True
+    own = picture._slow_light(cv2, grey, paper)
+    plain = picture._slow_light(cv2, grey, None)
+    assert abs(float(own[30, 31]) - 90.0) < 0.5  # the paper's edge keeps the paper's level
+    assert float(plain[30, 31]) < 75.0  # a plain blur is pulled towards the table
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
