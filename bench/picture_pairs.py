@@ -54,6 +54,35 @@ def pairs(split: str, seed: int, n_labels: int, families: int, per_family: int):
                     yield kind, "", photos[i], photos[j]
 
 
+def identity_pairs(split: str, seed: int, n_labels: int, families: int, per_family: int):
+    """The pairs bench/identity_eval.py decides on (its own draws): each label's two photographs,
+    and every pair within a product line or a set of editions."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import identity_eval
+
+    data = identity_eval.build(split, seed, n_labels, families, per_family)
+    first = {x["key"]: x for x in data["distinct"]}
+
+    def pic(raw: bytes) -> Image.Image:
+        return Image.open(io.BytesIO(raw)).convert("RGB")
+
+    for x in data["seconds"]:
+        yield "rephoto", "", pic(first[x["key"]]["data"]), pic(x["data"])
+    lines: dict[str, list[dict]] = {}
+    for x in data["distinct"]:
+        if "vary" in x:
+            lines.setdefault(x["key"].split("-")[0], []).append(x)
+    for xs in lines.values():
+        for i in range(len(xs)):
+            for j in range(i + 1, len(xs)):
+                da, db = xs[i]["spec"].design, xs[j]["spec"].design
+                kind = xs[i]["vary"] if xs[i]["vary"] != "design" else "edition"
+                if xs[i]["vary"] == "design":
+                    kind += "-same-palette" if da.palette == db.palette else "-other-palette"
+                    kind += "" if da.layout == db.layout else "-layout"
+                yield kind, "", pic(xs[i]["data"]), pic(xs[j]["data"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="tune", choices=("tune", "heldout"))
@@ -62,12 +91,18 @@ def main() -> int:
     ap.add_argument("--families", type=int, default=4)
     ap.add_argument("--per-family", type=int, default=4)
     ap.add_argument("--rule", action="store_true", help="count the pairs picture.same_picture passes")
+    ap.add_argument(
+        "--identity",
+        action="store_true",
+        help="the pairs bench/identity_eval.py draws for this seed (its --labels, --families, --per-family)",
+    )
     args = ap.parse_args()
     from pipelines.neardup import picture
 
     rows: dict[str, list] = {}
     times = []
-    for kind, _note, a, b in pairs(args.split, args.seed, args.labels, args.families, args.per_family):
+    drawn = identity_pairs if args.identity else pairs
+    for kind, _note, a, b in drawn(args.split, args.seed, args.labels, args.families, args.per_family):
         pa, pb = picture.decode(picture.encode(a)), picture.decode(picture.encode(b))
         t0 = time.perf_counter()
         p1 = picture.compare(pb, pa)  # the second photograph is the query

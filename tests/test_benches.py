@@ -187,3 +187,14 @@ def test_bench_runs_at_a_tiny_size(script, bench_runs):
     assert returncode == 0, out[-3000:]
     assert re.search(r"\d", stdout), f"{script} printed no numbers:\n{out[-2000:]}"
     print(f"{script}: {took:.1f}s")
+
+
+def test_picture_pairs_can_draw_the_identity_evals_pairs():
+    """`picture_pairs.py --identity`: the pairs bench/identity_eval.py decides on, by kind."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import picture_pairs
+
+    kinds = [kind for kind, _note, _a, _b in picture_pairs.identity_pairs("tune", 0, 1, 1, 2)]
+    assert kinds.count("rephoto") == 1
+    assert {"brand", "grade", "number"} <= set(kinds)
+    assert sum(k.startswith("edition-") for k in kinds) == 1
