@@ -26,9 +26,9 @@ at a larger picture of both:
      line or a seal on flat paper in one and not the other is not seen); the mean of the worst
      WORST cells minus the median cell (a typeface lives in a few cells; glare and blur of a
      re-photograph lower every cell alike); both greys with their slowly varying light
-     (SMOOTH_LIGHT, estimated over the label's paper only: `_slow_light`) taken out first. Measured and not adopted (2026-11-27, docs/ocr.md): SSIM's
-     contrast-structure term, which sees a mark on flat paper, over a box widened to 30 % with the
-     colour kept to the inner box.
+     (SMOOTH_LIGHT, estimated over the label's paper only: `_slow_light`) taken out first.
+     Measured and not adopted (2026-11-27, docs/ocr.md): SSIM's contrast-structure term, which
+     sees a mark on flat paper, over a box widened to 30 % with the colour kept to the inner box.
 
 4. marks in one photograph only (`_unmatched_marks`, MARK_* below): over the label's paper around
    the text in both photographs (not the table around it), ink darker than the paper's local

@@ -224,8 +224,8 @@ def _profile(cv2, a: np.ndarray, b: np.ndarray, a_to_b: np.ndarray, line: list[f
         wy, wx = (t, 0) if vertical else (0, t)
         hh, ww = win.shape
         fy, fx = wy + dy + room, wx + dx + room  # the window's footprint in b at the line's shift
-        # every pixel of the window's footprint on b's photograph: off it the warp reads black,
-        # which a window partly off the crop's edge would count as a differing glyph
+        # every pixel of the window's footprint on b's photograph: off it the warp only continues
+        # b's edge, which a window partly off the crop would count as a differing glyph
         if not ins[fy : fy + hh, fx : fx + ww].all():
             continue
         region = cb[fy - SHIFT : fy + hh + SHIFT, fx - SHIFT : fx + ww + SHIFT]
