@@ -45,13 +45,16 @@ def pairs(split: str, seed: int, n_labels: int, families: int, per_family: int):
             photos = [_jpeg(photograph(render(s).image, random.Random(rng.getrandbits(64)))[0]) for s in specs]
             for i in range(len(specs)):
                 for j in range(i + 1, len(specs)):
-                    kind = vary
-                    if vary == "design":
-                        da, db = specs[i].design, specs[j].design
-                        kind = "edition-same-palette" if da.palette == db.palette else "edition-other-palette"
-                        if da.layout != db.layout:
-                            kind += "-layout"
-                    yield kind, "", photos[i], photos[j]
+                    yield _kind(vary, specs[i], specs[j]), "", photos[i], photos[j]
+
+
+def _kind(vary: str, a, b) -> str:
+    """A product line's pair by what differs: the brand, grade or number, or the design (an
+    edition, in the same palette or another, and in another layout)."""
+    if vary != "design":
+        return vary
+    kind = "edition-same-palette" if a.design.palette == b.design.palette else "edition-other-palette"
+    return kind + ("-layout" if a.design.layout != b.design.layout else "")
 
 
 def identity_pairs(split: str, seed: int, n_labels: int, families: int, per_family: int):
@@ -75,12 +78,7 @@ def identity_pairs(split: str, seed: int, n_labels: int, families: int, per_fami
     for xs in lines.values():
         for i in range(len(xs)):
             for j in range(i + 1, len(xs)):
-                da, db = xs[i]["spec"].design, xs[j]["spec"].design
-                kind = xs[i]["vary"] if xs[i]["vary"] != "design" else "edition"
-                if xs[i]["vary"] == "design":
-                    kind += "-same-palette" if da.palette == db.palette else "-other-palette"
-                    kind += "" if da.layout == db.layout else "-layout"
-                yield kind, "", pic(xs[i]["data"]), pic(xs[j]["data"])
+                yield _kind(xs[i]["vary"], xs[i]["spec"], xs[j]["spec"]), "", pic(xs[i]["data"]), pic(xs[j]["data"])
 
 
 def main() -> int:

@@ -334,6 +334,7 @@ def _slow_light(cv2, grey: np.ndarray, paper: np.ndarray | None) -> np.ndarray:
     weight = paper.astype(np.float32)
     num = cv2.GaussianBlur(grey * weight, (0, 0), SMOOTH_LIGHT)
     den = cv2.GaussianBlur(weight, (0, 0), SMOOTH_LIGHT)
+    # far off the paper (under 5 % of the blur's weight on it) the estimate is noise: the plain blur
     return np.where(den > 0.05, num / np.maximum(den, 0.05), plain)
 
 
