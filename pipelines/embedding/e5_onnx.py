@@ -41,6 +41,7 @@ log = logging.getLogger("yana.embedding")
 
 RECIPE = "e5s-onnx-int8-r2"  # bump when the graph or the quantisation changes: a new cache folder
 QK = 32  # Q4_0 block size
+GLANCE_BATCH = 16  # texts per run of `glance_passages`: 16 and 64 cost the same per text, 1 half again
 _Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
 _META = "\u2581"  # SentencePiece metaspace
 
@@ -423,6 +424,51 @@ class OnnxE5Embedder:
         norms = np.linalg.norm(acc, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return (acc / norms).astype(np.float32)
+
+    def glance_passages(
+        self, texts: list[str], tokens: int = 16, *, deadline: float | None = None, parallel: int = 1
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(vectors, present): each passage's first `tokens` tokens only, run in batches of equal
+        length while time.monotonic() stays under `deadline` (None: all), from up to `parallel`
+        threads. A sixth of a 90-token chunk's time (2.9 vs 17.9 ms a text on one core): what a
+        cold retrieve orders its chunks by before it has time for their vectors. Batched, so a
+        vector depends slightly on the texts beside it (cosine >= 0.996 to one run each): an order,
+        never a score or a cache entry."""
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        present = np.zeros(len(texts), dtype=bool)
+        heads = [ids[:tokens] for ids in self._tok.content_ids(["passage: " + t for t in texts])]
+        # In the texts' order (a caller lists the most promising first), each batch one length.
+        batches: list[list[int]] = []
+        open_: dict[int, list[int]] = {}
+        for i, ids in enumerate(heads):
+            b = open_.setdefault(len(ids), [])
+            if not b:
+                batches.append(b)
+            b.append(i)
+            if len(b) == GLANCE_BATCH:
+                open_[len(ids)] = []
+
+        def run(batch: list[int]) -> None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            token_ids = np.asarray([[self._bos, *heads[i], self._eos] for i in batch], dtype=np.int64)
+            words = dequantize_q4(self._words[token_ids])
+            with self._runs:
+                pooled = self._session.run(None, {"words": words, "attention_mask": np.ones_like(token_ids)})[0]
+            out[batch] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            present[batch] = True
+
+        runs = max(1, min(parallel, self.concurrent_runs))
+        if runs == 1:
+            for b in batches:
+                run(b)
+        else:
+            with ThreadPoolExecutor(runs, thread_name_prefix="glance") as pool:
+                list(pool.map(run, batches))
+        return out, present
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         return self._encode(list(texts), "query: ")

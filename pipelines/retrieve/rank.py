@@ -70,6 +70,7 @@ SENTENCE_TOP_N = 40
 COLD_CHUNK_SHARE = 0.6  # dev halves of en/ja/pyfaq under the default budget: 0.5-0.8 tried, 0.6 best
 COLD_LEADERS = 6
 COLD_NEIGHBOUR_WEIGHT = 0.3
+GLANCE_WEIGHT = 1.0  # dev halves of en/pyfaq/ja: 0.5-3 tried; 1-1.5 best (answers among the first 30-50)
 WINDOW_SENTENCES = 3
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -242,14 +243,40 @@ class _Asked:
         return out, present
 
 
-def _own_vectors(ask: _Asked, chunks: list[Chunk], lexical: np.ndarray, doc_count: int, share: float):
+def _own_vectors(ask: _Asked, chunks: list[Chunk], lexical: np.ndarray, doc_count: int, share: float, glance=None):
     """(vectors, present) of the chunks, asked best first by BM25 plus COLD_NEIGHBOUR_WEIGHT x their
     best neighbour's BM25: on a cold request only the first get a vector in time (in document
     order those were the first paragraphs, whatever the query), and an answer that paraphrases
-    the question often sits next to the paragraph that names its topic. A text's vector does not
-    depend on what it is embedded with, so a warm request ranks the same whatever the order."""
+    the question often sits next to the paragraph that names its topic. `glance(texts)`: (query
+    cosines, present) of the chunks' heads, cheap; the chunks without a vector are then asked best
+    first by that promise and their glance, standardised, GLANCE_WEIGHT to one. A text's vector does
+    not depend on what it is embedded with, so a warm request ranks the same whatever the order."""
     promise = lexical + COLD_NEIGHBOUR_WEIGHT * _neighbour_best(chunks, lexical, doc_count)
-    return _ask_in_order(ask, [c.text for c in chunks], np.argsort(-promise, kind="stable"), share)
+    texts = [c.text for c in chunks]
+    if glance is not None:
+        _, have = ask(texts, share=0.0)  # the cache only: a warm request glances at nothing
+        missing = np.flatnonzero(~have)
+        if len(missing) > 1:
+            # glanced best-promise first, so a glance cut short leaves the least promising
+            by_promise = missing[np.argsort(-promise[missing], kind="stable")]
+            got = glance([texts[i] for i in by_promise])
+            if got is not None:
+                cos, seen = got
+                order = np.full(len(chunks), np.inf)  # a cached chunk costs nothing: first
+                order[by_promise] = _standard(promise[by_promise]) + GLANCE_WEIGHT * np.where(
+                    seen, _standard(cos, seen), 0.0
+                )
+                return _ask_in_order(ask, texts, np.argsort(-order, kind="stable"), share)
+    return _ask_in_order(ask, texts, np.argsort(-promise, kind="stable"), share)
+
+
+def _standard(x: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+    """x standardised (mean 0, deviation 1) over `where` (default all)."""
+    sel = x if where is None else x[where]
+    if sel.size == 0:
+        return np.zeros_like(x, dtype=np.float64)
+    sd = float(sel.std())
+    return (x - float(sel.mean())) / (sd if sd > 0 else 1.0)
 
 
 def _leaders_first(ask: _Asked, texts, chunks, pairs, ptexts, first: np.ndarray, valid: np.ndarray) -> None:
@@ -422,14 +449,14 @@ def best_window(query_terms: set[str], idf: dict[str, float], chunk: Chunk, text
     return sents[best_i][0], sents[best_i + WINDOW_SENTENCES - 1][1]
 
 
-def _dense_values(query, texts, chunks, lexical, ask: _Asked, query_vector, mode: str, out: Ranking):
+def _dense_values(query, texts, chunks, lexical, ask: _Asked, query_vector, mode: str, out: Ranking, glance=None):
     """(dense value, has a vector) per chunk. A cold request's embedding time goes to the chunks
     (best first by `_own_vectors`, at most COLD_CHUNK_SHARE of it), then to the leaders' context
     and sentences, then to the other pairs and the shortlisted sentences."""
     n = len(chunks)
     pairs = neighbour_pairs(chunks, len(texts)) if mode != "dense" else []
     ptexts = [pair_text(texts, chunks[i], chunks[j]) for i, j in pairs]
-    own_v, valid = _own_vectors(ask, chunks, lexical, len(texts), COLD_CHUNK_SHARE if pairs else 1.0)
+    own_v, valid = _own_vectors(ask, chunks, lexical, len(texts), COLD_CHUNK_SHARE if pairs else 1.0, glance)
     own = own_v @ query_vector
     dense = own
     if pairs:
@@ -455,11 +482,13 @@ def rank(
     mode: str = "hybrid",
     windows: int | None = None,
     passage: str = "chunk",
+    glance=None,
 ) -> Ranking:
     """Rank documents `texts` for `query`. `chunk_vectors(chunk_texts, share=1.0)` returns (n x dim
     vectors, bool present), embedding what is missing with at most `share` of the embedding time
     left (a callback without a time budget ignores it); None or mode "lexical" ranks lexically.
-    mode "dense" ranks by cosine only.
+    mode "dense" ranks by cosine only. `glance(chunk_texts)`: (query cosines of the chunks' heads,
+    present) or None, for a cold request to choose which chunks to embed first (`_own_vectors`).
     `passage`: what each of the `windows` best results' window covers (pipelines.retrieve.passage
     modes, or "bare": the ranked chunk itself, as a plain chunk retriever returns it)."""
     chunks, bm25 = _index(texts, max_chunk_chars)
@@ -470,7 +499,9 @@ def rank(
     lexical = bm25.scores(q_terms)
     dense = valid = None
     if mode != "lexical" and chunk_vectors is not None and query_vector is not None:
-        dense, valid = _dense_values(query, texts, chunks, lexical, _Asked(chunk_vectors), query_vector, mode, out)
+        dense, valid = _dense_values(
+            query, texts, chunks, lexical, _Asked(chunk_vectors), query_vector, mode, out, glance
+        )
     if mode == "lexical" or dense is None or (mode == "hybrid" and valid is not None and not valid.any()):
         fused, best = (
             fuse(query, chunks, lexical, None, None, doc_count=len(texts))

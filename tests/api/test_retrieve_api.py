@@ -151,6 +151,7 @@ def test_cache_is_shared_by_api_processes_and_cold_requests_stay_in_budget(api, 
         warm = _post(api2, {"query": "why does the tide rise", "documents": docs}).json()
     assert warm["stats"]["cache_hits"] == warm["stats"]["chunks"] == len(docs)
     assert warm["stats"]["embedded"] == 0 and warm["embed_job_id"] is None
+    assert "glanced" not in warm["stats"]  # a warm request does not glance at its chunks
     assert not any("lexically only" in w for w in warm["warnings"])
     assert warm["results"][0]["doc_id"] == "b-tides"
 

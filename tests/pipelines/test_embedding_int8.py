@@ -101,3 +101,36 @@ def test_a_text_gets_the_same_vector_whatever_it_is_embedded_with(shared):
     reordered = emb.embed_passages(texts[::-1] + ["something else entirely"])[: len(texts)][::-1]
     assert np.array_equal(alone, together)
     assert np.array_equal(alone, reordered)
+
+
+def test_a_glance_is_the_passages_head_and_stops_at_its_deadline(shared):
+    """`glance_passages` embeds each passage's first tokens only, in batches of one length: close to
+    that head embedded alone (batching moves a vector a little; a glance only orders), and nothing
+    once its deadline has passed."""
+    import time
+
+    emb = shared
+    texts = [
+        f"Paragraph {k}: the harbour town of {k} bridges kept its fish market open every winter." for k in range(20)
+    ]
+    texts += ["Short one.", "酒蔵は明治に始まった。"]
+    vecs, present = emb.glance_passages(texts, 8, parallel=2)
+    assert present.all()
+    heads = [emb._tok.content_ids(["passage: " + t])[0][:8] for t in texts]
+    for i, ids in enumerate(heads):
+        token_ids = np.asarray([[emb._bos, *ids, emb._eos]], dtype=np.int64)
+        alone = emb._session.run(
+            None, {"words": e5_onnx.dequantize_q4(emb._words[token_ids]), "attention_mask": np.ones_like(token_ids)}
+        )[0][0]
+        assert float(vecs[i] @ (alone / np.linalg.norm(alone))) > 0.99
+    # the head, not the passage: two passages that differ only after their eighth token look alike
+    a, b = emb.glance_passages(
+        [
+            "The harbour town kept its market open in winter, then it closed.",
+            "The harbour town kept its market open in winter; cats ruled it.",
+        ],
+        8,
+    )[0]
+    assert float(a @ b) > 0.999
+    _, none = emb.glance_passages(texts, 8, deadline=time.monotonic() - 1)
+    assert not none.any()

@@ -246,6 +246,73 @@ def test_a_cold_budget_embeds_the_chunks_bm25_ranks_best_first():
     assert set(ranking.lexical_only) == set(range(n)) - {12, 13}
 
 
+RAILWAY_QUERY = "How many workers died when the railway tunnel collapsed?"
+# The answer shares no term with the question; BM25 gives it nothing, a head's vector finds it.
+RAILWAY_ANSWER = "Forty labourers lost their lives when the mountain bore caved in during 1882."
+RAILWAY_FILLER = [f"Paragraph {k} is about the weather in a town with {k} bakeries and a market." for k in range(12)]
+RAILWAY_DOCS = [*RAILWAY_FILLER[:6], RAILWAY_ANSWER, *RAILWAY_FILLER[6:], "Railway timetables change every spring."]
+
+
+def _glances(emb, qv, calls: list):
+    def glance(texts):
+        calls.append(texts)
+        vecs, seen = emb.glance_passages(texts, 16)
+        return vecs @ qv, seen
+
+    return glance
+
+
+def test_a_cold_request_embeds_first_the_chunks_whose_head_answers():
+    """With a glance (each chunk's first tokens, cheap), the chunks without a vector are asked for
+    by BM25 promise and glance together: an answer in other words than the question comes before
+    the chunks that share nothing with it, where BM25 alone leaves it in document order."""
+    from pipelines.embedding.backends import get_embedder
+
+    emb = get_embedder(None)
+    qv = emb.embed_queries([RAILWAY_QUERY])[0]
+    asked: list[tuple[list[str], float]] = []
+
+    def nothing_cached(texts, share=1.0):
+        asked.append((texts, share))
+        return np.zeros((len(texts), emb.dim), dtype=np.float32), np.zeros(len(texts), dtype=bool)
+
+    calls: list = []
+    R.rank(
+        RAILWAY_QUERY,
+        RAILWAY_DOCS,
+        max_chunk_chars=800,
+        chunk_vectors=nothing_cached,
+        query_vector=qv,
+        glance=_glances(emb, qv, calls),
+    )
+    assert asked[0] == ([c for c in RAILWAY_DOCS], 0.0)  # the cache only, first
+    assert len(calls) == 1 and sorted(calls[0]) == sorted(RAILWAY_DOCS)
+    first = asked[1][0]
+    assert first.index(RAILWAY_ANSWER) < min(first.index(d) for d in RAILWAY_FILLER)
+
+    asked.clear()
+    R.rank(RAILWAY_QUERY, RAILWAY_DOCS, max_chunk_chars=800, chunk_vectors=nothing_cached, query_vector=qv)
+    first = asked[0][0]  # without a glance: promise, then document order
+    assert first.index(RAILWAY_ANSWER) > first.index(RAILWAY_DOCS[0])
+
+
+def test_a_warm_request_glances_at_nothing_and_ranks_as_without():
+    from pipelines.embedding.backends import get_embedder
+
+    emb = get_embedder(None)
+    qv = emb.embed_queries([RAILWAY_QUERY])[0]
+
+    def cached(texts, share=1.0):
+        return emb.embed_passages(texts), np.ones(len(texts), dtype=bool)
+
+    calls: list = []
+    kw = {"max_chunk_chars": 800, "chunk_vectors": cached, "query_vector": qv}
+    glanced = R.rank(RAILWAY_QUERY, RAILWAY_DOCS, glance=_glances(emb, qv, calls), **kw)
+    plain = R.rank(RAILWAY_QUERY, RAILWAY_DOCS, **kw)
+    assert calls == []
+    assert [(r.doc_index, r.score) for r in glanced.ranked] == [(r.doc_index, r.score) for r in plain.ranked]
+
+
 def test_a_cold_request_embeds_the_leaders_context_before_other_pairs(monkeypatch):
     """After the chunks, a cold request asks for the neighbour pairs and sentences of the chunks a
     first fusion ranks best, leader by leader, before the pairs of chunks that cannot win; a warm
