@@ -32,6 +32,8 @@ import os
 import re
 import struct
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -416,14 +418,18 @@ class OnnxE5Embedder:
         # texts 24.9 vs 24.7 texts/s, 400-character paragraphs 19.1 vs 16.4 at batches of 16).
         acc = np.zeros((len(texts), self.dim), dtype=np.float64)
         for i, ids, weight in windows:
-            token_ids = np.asarray([ids], dtype=np.int64)
-            words = dequantize_q4(self._words[token_ids])
-            with self._runs:
-                pooled = self._session.run(None, {"words": words, "attention_mask": np.ones_like(token_ids)})[0]
-            acc[i] += weight * pooled[0]
+            acc[i] += weight * self._pooled([ids])[0]
         norms = np.linalg.norm(acc, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return (acc / norms).astype(np.float32)
+
+    def _pooled(self, rows: list[list[int]]) -> np.ndarray:
+        """The encoder's mean-pooled output for token rows of one length (with <s> </s>), one run,
+        at most `concurrent_runs` at once."""
+        token_ids = np.asarray(rows, dtype=np.int64)
+        words = dequantize_q4(self._words[token_ids])
+        with self._runs:
+            return self._session.run(None, {"words": words, "attention_mask": np.ones_like(token_ids)})[0]
 
     def glance_passages(
         self, texts: list[str], tokens: int = 16, *, deadline: float | None = None, parallel: int = 1
@@ -434,9 +440,6 @@ class OnnxE5Embedder:
         cold retrieve orders its chunks by before it has time for their vectors. Batched, so a
         vector depends slightly on the texts beside it (cosine >= 0.996 to one run each): an order,
         never a score or a cache entry."""
-        import time
-        from concurrent.futures import ThreadPoolExecutor
-
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         present = np.zeros(len(texts), dtype=bool)
         heads = [ids[:tokens] for ids in self._tok.content_ids(["passage: " + t for t in texts])]
@@ -454,10 +457,7 @@ class OnnxE5Embedder:
         def run(batch: list[int]) -> None:
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            token_ids = np.asarray([[self._bos, *heads[i], self._eos] for i in batch], dtype=np.int64)
-            words = dequantize_q4(self._words[token_ids])
-            with self._runs:
-                pooled = self._session.run(None, {"words": words, "attention_mask": np.ones_like(token_ids)})[0]
+            pooled = self._pooled([[self._bos, *heads[i], self._eos] for i in batch])
             out[batch] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
             present[batch] = True
 

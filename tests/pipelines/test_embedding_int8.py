@@ -118,10 +118,7 @@ def test_a_glance_is_the_passages_head_and_stops_at_its_deadline(shared):
     assert present.all()
     heads = [emb._tok.content_ids(["passage: " + t])[0][:8] for t in texts]
     for i, ids in enumerate(heads):
-        token_ids = np.asarray([[emb._bos, *ids, emb._eos]], dtype=np.int64)
-        alone = emb._session.run(
-            None, {"words": e5_onnx.dequantize_q4(emb._words[token_ids]), "attention_mask": np.ones_like(token_ids)}
-        )[0][0]
+        alone = emb._pooled([[emb._bos, *ids, emb._eos]])[0]
         assert float(vecs[i] @ (alone / np.linalg.norm(alone))) > 0.99
     # the head, not the passage: two passages that differ only after their eighth token look alike
     a, b = emb.glance_passages(
