@@ -106,6 +106,7 @@ def run(
         t0 = time.monotonic()
         result = st.run(s)
         secs = time.monotonic() - t0
+        fp = st.fingerprint(s) or fp  # what the step made may be part of its key (the kernels' cache)
         path = _stamp_path(s, st.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -146,6 +147,7 @@ def _build_encoder(s: Settings) -> str:
 
 
 _KERNEL_MODULES = ("pipelines.neardup.kernels", "pipelines.neardup.index", "pipelines.neardup.verifier")
+_CACHED_MODULES = ("pipelines.neardup.kernels", "pipelines.neardup.index")  # those with cache=True kernels
 
 
 def _kernels_fingerprint(s: Settings) -> str | None:
@@ -163,6 +165,11 @@ def _kernels_fingerprint(s: Settings) -> str | None:
             parts.append(Path(spec.origin).read_bytes() if spec and spec.origin else name)
         except OSError:
             parts.append(name)
+        if name in _CACHED_MODULES and spec and spec.origin and not os.environ.get("NUMBA_CACHE_DIR"):
+            # a new clone at a path used before has the same code and path but no cache: whether
+            # numba's index files are there is part of the key (`run` stamps it after compiling)
+            src = Path(spec.origin)
+            parts.append("cached" if any(src.parent.glob(f"__pycache__/{src.stem}.*.nbi")) else "not cached")
     return _digest(*parts)
 
 
