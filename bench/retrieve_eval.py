@@ -10,8 +10,8 @@ plain chunk retriever does.
 
     .venv/bin/python bench/retrieve_eval.py [--quick] [--sets en,ja] [--llm] [--cold default|MS,...] [--exact]
 
-The int8 encoder's vectors differ a little between CPUs (with and without VNNI), and hit@1 moves by
-up to 3 points with them; `--exact` ranks with the same encoder in fp32, whose figures hold on any
+The int8 encoder's vectors differ a little from one machine to another (cause not pinned down; the
+CPUs differed), and en's hit@1 moved by 1.7-4.3 points with them (docs/retrieve.md); `--exact` ranks with the same encoder in fp32, whose figures hold on any
 machine. The first line says which int8 kernels this CPU has.
 
 `--cold`: every question again as a first request (the API's encoder for real, no cache) within
