@@ -109,6 +109,7 @@ def identify(
         else None,
         # a candidate whose read was deferred is read now (pipelines.ingest.deferred), as ingest does
         readings=deferred.stored_readings(r, blobs, s) if s.ocr_mode != "off" and blobs is not None else None,
+        read_field=readings.field_reader(s),
     )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
     found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)

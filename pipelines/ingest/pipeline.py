@@ -279,6 +279,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
             readings=deferred_reads.stored_readings(r, blobs, s) if r is not None and s.ocr_mode != "off" else None,
             lines=printed.field_lines(reading),
             greys=stored_pictures(r, blobs).greys if s.neardup_picture_check and s.neardup_printed_check else None,
+            read_field=readings.field_reader(s),
         )
         # The phash index keeps the blob key (exact duplicates answer with the kept image).
         res = index.check_and_insert(

@@ -121,6 +121,25 @@ def _read(r, sha1: str, image: Image.Image, s: Settings) -> tuple[dict | None, d
     return out, None
 
 
+def field_reader(s: Settings):
+    """How the near-duplicate decision reads a printed field across (pipelines.neardup.printed:
+    a field read off one photograph only, read on the other), with this engine; None with OCR off."""
+    if s.ocr_mode == "off":
+        return None
+    engine = s.ocr_engine
+
+    def read_field(crop, vertical: bool, key: str) -> str:
+        from pipelines.read.field_line import read_field_at
+
+        try:
+            return read_field_at(crop, vertical, key, engine)
+        except Exception:  # noqa: BLE001 - a failed read across reads nothing: the decision stands
+            log.exception("field %s not read across", key)
+            return ""
+
+    return read_field
+
+
 def read_ahead(items: list[dict], *, r, s: Settings, blobs) -> int:
     """Fill the reading cache for these ingest items (the `ocr` queue's task: OCR workers read a
     batch before, or while, the ingest worker gets to it). Only sources already in the blob store

@@ -29,7 +29,11 @@ originals) vetoes a pair whose lines are printed otherwise (another typeface, a 
 one side only), and a merge on text that is only consistent (a value read off one side, a number
 or a brand read alike) needs it to confirm. Agreeing uploader fields with readings on
 both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
-and product on another design).
+and product on another design). Whatever is about to merge a pair, a printed field read off one
+photograph only is also read across (the recogniser on the other photograph, where that field's
+line maps to): another value there, read alike by ACROSS_READS crops, keeps them apart, as a
+value read off both that differs would (a product line whose differing number one photograph's
+read missed, merged by the pixels).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
 when that is smaller, the three fields, what was read, and the blob key of the original: 1-3 KB),
@@ -105,6 +109,12 @@ PICTURE_ACCEPTS_UNAGREED = True
 SAID_VETO_KEYS = ("grade", "seimai", "alcohol", "volume")
 
 
+# Reading across (printed.compare(across=...)): a printed field read off one photograph only is
+# read on the other where its line maps to, from printed.READ_PADS crops; a veto needs this many of
+# them to read one value, and that another value than the photograph that read it gives.
+ACROSS_READS = 2
+
+
 # A read value may carry the other values its digits may be, after this ("56%|55%": the recogniser
 # offered a 5 where it read the 6; pipelines.ingest.readings.identity_fields). Two values that
 # differ only so are neither equal nor a conflict: the text is then only consistent, and a merge
@@ -159,6 +169,23 @@ def read_conflict(a: dict, b: dict, keys: tuple[str, ...] = READ_KEYS) -> str | 
 def maybe_differs(a: dict, b: dict) -> set[str]:
     """The fields both readings give that differ only as values that may be read as one another."""
     return {k for k in READ_KEYS if _relation(a.get(k), b.get(k), k) == "maybe"}
+
+
+def _digits(value) -> str:
+    return "".join(ch for ch in read_value(value) if ch.isdigit())
+
+
+def _read_across_differs(read, across, key: str) -> bool:
+    """A value read across (printed.compare) differs from the one read off the other photograph,
+    and not only by characters lost (45% read 4%, 1800ml read 180ml, 特別純米 read 純米: a crop of
+    small print drops characters far more often than a product line prints a part of its own)."""
+    if _relation(read, across, key) != "differs":
+        return False
+    a, b = read_value(read), read_value(across)
+    if key in printed.NUMBERS:
+        a, b = _digits(a), _digits(b)
+    short, long_ = sorted((a, b), key=len)
+    return not (short and len(short) < len(long_) and short in long_)
 
 
 def text_agrees(a: dict, b: dict) -> bool:
@@ -351,6 +378,9 @@ class Verifier:
     # are, and where the candidates' greys come from (None: no check)
     lines: dict = field(default_factory=dict)
     greys: Greys | None = field(default=None, repr=False)
+    # reading across (printed.compare): what a printed field read off one photograph only says on
+    # the other (pipelines.read.field_line; None: not read across)
+    read_field: printed.FieldReader | None = field(default=None, repr=False)
     _pic_array: Any = field(default=None, repr=False, compare=False)  # the query's picture, once
     _grey: Any = field(default=None, repr=False, compare=False)  # the query's grey, once
 
@@ -404,15 +434,44 @@ class Verifier:
                 if self._grey is None:
                     assert self.image is not None
                     self._grey = printed.grey(self.image)
-                found = printed.compare(self._grey, self.lines, stored, theirs.get("ln") or {})
+                found = printed.compare(
+                    self._grey,
+                    self.lines,
+                    stored,
+                    theirs.get("ln") or {},
+                    across=self._one_sided(theirs),
+                    read_field=self.read_field,
+                )
             rows[j]["printed"] = found.summary()
             veto = self._printed_veto(found, theirs, only, needs[j], uncertain[j])
             if veto:
                 rows[j].update(same=False, reason=rows[j]["reason"] + ", " + veto)
 
+    def _one_sided(self, theirs: dict) -> dict[str, tuple[str, ...]]:
+        """Per side ("q": the query, "c": the candidate), the printed fields read off that
+        photograph only, where its entry knows the field's line: what is read across."""
+        mine = {k for k in printed.FIELDS if read_value(self.said.get(k))}
+        other = {k for k in printed.FIELDS if read_value(stored_said(theirs).get(k))}
+        their_lines = theirs.get("ln") or {}
+        return {
+            "q": tuple(k for k in printed.FIELDS if k in mine - other and k in self.lines),
+            "c": tuple(k for k in printed.FIELDS if k in other - mine and k in their_lines),
+        }
+
     def _printed_veto(self, found: printed.Verdict, theirs: dict, only: bool, needs: bool, uncertain: set[str]) -> str:
         """Why the printed-lines check keeps a candidate apart ('' when it does not). `uncertain`:
         the fields read as values that may be one another, whose lines must be printed alike."""
+        # a field read off one photograph only, read across on the other as another value (by
+        # every crop that read one): the same veto as a value read off both that differs
+        # (SAID_VETO_KEYS), whatever merged them
+        # At least ACROSS_READS crops must read a value, and one value: one crop of small print on
+        # a blurred photograph reads anything (500ml read as 1800ml on a tune re-photograph, and
+        # as 1500 and 100 by two other crops).
+        for key, side, values in found.across:
+            source = stored_said(theirs) if side == "c" else self.said
+            one = len({read_value(v) for v in values}) == 1
+            if len(values) >= ACROSS_READS and one and _read_across_differs(source.get(key), values[0], key):
+                return f"{key} read across differs"
         one_sided = set(uncertain)
         if only:  # the fields read off one side only: their lines looked up on the other
             mine = {k for k in printed.FIELDS if read_value(self.said.get(k))}
@@ -561,6 +620,7 @@ def verifier_for(
     readings: Readings | None = None,
     lines: dict | None = None,
     greys: Greys | None = None,
+    read_field: printed.FieldReader | None = None,
 ):
     """(signature entry to store, fields digest, verifier) for one decoded image, its uploader's
     fields and what was read off it (`read`: {READ_KEYS: value} read surely, which can veto a
@@ -571,7 +631,8 @@ def verifier_for(
     read (this gives its (read, said, field lines)) only if it has candidates, and the entry says it was not
     read; `readings`: where candidates whose read was deferred are read. `lines`: where the read
     fields' lines are on this image (printed.field_lines, kept in the entry); `greys`: where the
-    candidates' greys come from, for the printed-lines check (None: no check)."""
+    candidates' greys come from, for the printed-lines check (None: no check); `read_field`: how
+    a printed field read off one photograph only is read on the other (None: it is not)."""
     view = verifier.query_view(image)
     fields = (fields or {}) if use_fields else {}
     read, said = _query_reading(read, said)
@@ -591,5 +652,6 @@ def verifier_for(
             readings=readings,
             lines=dict(lines or {}),
             greys=greys,
+            read_field=read_field,
         ),
     )

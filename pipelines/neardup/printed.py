@@ -24,7 +24,8 @@ tools/photolabels' tune split only (seeds 7 and 8: bench/identity_eval.py, docs/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image
@@ -33,6 +34,7 @@ from pipelines.neardup.picture import fit_within, open_original, opencv
 
 # The fields whose lines are compared (the brand is brush lettering, compared by the picture).
 FIELDS = ("grade", "seimai", "alcohol", "volume")
+NUMBERS = ("seimai", "alcohol", "volume")  # the printed numbers among them
 # The brand's line is kept too, but compared only for itself: where two photographs read the brand
 # alike but not the same (decision.brands_alike), its line must be printed alike. It never counts
 # toward the lines' overall verdict (brush lettering compares less evenly than print).
@@ -58,6 +60,18 @@ MAX_RATIO = 3.2  # a line's worst window over its median (a differing glyph)
 MAX_LINE_MEDIAN = 0.2  # one line's median (a field read off one photograph only: its line printed otherwise)
 RATIO_FLOOR = 0.005  # the median a ratio divides by, at least (a near-perfect line)
 RATIO_MIN_WORST = 0.03  # a worst window under this is no differing glyph, whatever the ratio
+# Reading across (`compare(..., across=...)`): a field read off one photograph only is looked up
+# on the other and read there (`FieldReader`, pipelines.read.field_line). The crops are the line's
+# box widened by each of READ_PADS of its thickness each side (the homography leaves a line a few
+# px off, and the recogniser's read of small print changes with the framing: one tune pair read
+# 300T, mOOm and 300m at three pads), read only where the whole box lies on the other photograph
+# (a crop's edge through it reads part of a number: 7度 off 17度).
+READ_PADS = (0.15, 0.35, 0.5)
+
+
+# (the grey crop of one line, upright as printed; whether it is a column; the field) -> the value
+# of that field the line prints, formatted as read values are (decision.read_value), '' for none
+FieldReader = Callable[[np.ndarray, bool, str], str]
 
 
 def grey(image: Image.Image) -> np.ndarray:
@@ -115,6 +129,9 @@ class Line:
 class Verdict:
     lines: list[Line]
     inliers: int
+    # (field, side that read it, the values read across on the other photograph: one per crop
+    # that read one)
+    across: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
 
     @property
     def _printed(self) -> list[Line]:
@@ -144,7 +161,10 @@ class Verdict:
         return any(ln.differs for ln in found) if found else None
 
     def summary(self) -> dict:
-        return {"lines": len(self._printed), "median": round(self.median, 3), "ratio": round(self.ratio, 2)}
+        out: dict = {"lines": len(self._printed), "median": round(self.median, 3), "ratio": round(self.ratio, 2)}
+        if self.across:
+            out["across"] = {f"{key}@{side}": "/".join(values) for key, side, values in self.across}
+        return out
 
 
 NOTHING = Verdict([], 0)
@@ -234,9 +254,46 @@ def _profile(cv2, a: np.ndarray, b: np.ndarray, a_to_b: np.ndarray, line: list[f
     return np.array(out) if out else None
 
 
-def compare(q: np.ndarray, q_lines: dict, c: np.ndarray, c_lines: dict) -> Verdict:
+def _across_crops(
+    cv2, a_shape: tuple[int, ...], b: np.ndarray, a_to_b: np.ndarray, line: list[float]
+) -> list[np.ndarray]:
+    """b's pixels where one of a's lines is, warped upright, one crop per READ_PADS ([]: the line
+    is not wholly on b)."""
+    h_a, w_a = a_shape[:2]
+    x0, y0, x1, y1 = line[0] * w_a, line[1] * h_a, line[2] * w_a, line[3] * h_a
+    thick = (x1 - x0) if line[4] else (y1 - y0)
+    if thick < MIN_THICK:
+        return []
+    box = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float32)
+    h_b, w_b = b.shape[:2]
+    on_b = cv2.perspectiveTransform(box[None], a_to_b)[0]
+    if (on_b < 0).any() or (on_b[:, 0] > w_b - 1).any() or (on_b[:, 1] > h_b - 1).any():
+        return []
+    crops = []
+    for pad in READ_PADS:
+        p = pad * thick
+        padded = np.array([[x0 - p, y0 - p], [x1 + p, y0 - p], [x1 + p, y1 + p], [x0 - p, y1 + p]], np.float32)
+        quad = cv2.perspectiveTransform(padded[None], a_to_b)[0]
+        cw = max(1, int(max(np.linalg.norm(quad[0] - quad[1]), np.linalg.norm(quad[3] - quad[2]))))
+        ch = max(1, int(max(np.linalg.norm(quad[0] - quad[3]), np.linalg.norm(quad[1] - quad[2]))))
+        rect = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], np.float32)
+        to_rect = cv2.getPerspectiveTransform(quad, rect)
+        crops.append(cv2.warpPerspective(b, to_rect, (cw, ch), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE))
+    return crops
+
+
+def compare(
+    q: np.ndarray,
+    q_lines: dict,
+    c: np.ndarray,
+    c_lines: dict,
+    *,
+    across: dict[str, tuple[str, ...]] | None = None,
+    read_field: FieldReader | None = None,
+) -> Verdict:
     """The printed field lines of two photographs (greys from `grey`, lines from `field_lines`),
-    each side's lines looked up on the other."""
+    each side's lines looked up on the other. `across`: per side ("q", "c"), the fields read off
+    that photograph only, whose lines are also read on the other one with `read_field`."""
     if not q_lines and not c_lines:
         return NOTHING
     cv2 = opencv()
@@ -244,10 +301,13 @@ def compare(q: np.ndarray, q_lines: dict, c: np.ndarray, c_lines: dict) -> Verdi
     if q_to_c is None:
         return Verdict([], inliers)
     c_to_q = np.linalg.inv(q_to_c)
-    lines = []
+    lines, read = [], []
     for side, (a, b, a_to_b, mine) in {"q": (q, c, q_to_c, q_lines), "c": (c, q, c_to_q, c_lines)}.items():
         for key, box in mine.items():
             p = _profile(cv2, a, b, a_to_b, box)
             if p is not None:
                 lines.append(Line(key, side, float(np.median(p)), float(p.max())))
-    return Verdict(lines, inliers)
+            if read_field is not None and key in (across or {}).get(side, ()):
+                values = (read_field(crop, bool(box[4]), key) for crop in _across_crops(cv2, a.shape, b, a_to_b, box))
+                read.append((key, side, tuple(v for v in values if v)))
+    return Verdict(lines, inliers, read)

@@ -319,6 +319,27 @@ def _volume_value(v: str, unit: str) -> str:
     return f"{v}{unit}" if unit else ""
 
 
+# A printed number as it reads on its own, where the line is already known to be that field's
+# (pipelines.read.field_line: the line of a field read off another photograph of the label): the
+# key words are often lost on small print (300T for 300ml, 分17度), so only the number and the
+# unit that make it a value of that field are asked for. A volume is a bottle size, alone.
+_BARE = {
+    "volume": (re.compile(r"(?<![\d.])(" + _BOTTLE_ML + r")(?![\d.])"), lambda m: f"{m.group(1)}ml"),
+    "alcohol": (re.compile(r"(?<![\d.])(\d{1,2}(?:\.\d)?)\s*(度|%)"), lambda m: _alcohol_value(m.group(1), m.group(2))),
+    "seimai": (re.compile(r"(?<![\d.])(\d{2}(?:\.\d)?)\s*%"), lambda m: _seimai_value(m.group(1))),
+}
+
+
+def bare_value(key: str, text: str) -> str:
+    """The value of `key` that a line known to print it reads as, by its number and unit alone
+    ("" when the line has none, or more than one such number)."""
+    pattern, fmt = _BARE.get(key, (None, None))
+    if pattern is None or fmt is None:
+        return ""
+    found = list(pattern.finditer(_clean_digits(text)))
+    return fmt(found[0]) if len(found) == 1 else ""
+
+
 def _volume(ln: Line, t: str, out: dict[str, Field], maybe: dict[str, tuple[str, ...]]) -> None:
     """内容量 on line `ln` (its digits cleaned: `t`), when one is there."""
     m = _VOLUME_LABELED.search(t)

@@ -625,6 +625,24 @@ class PPOCRReader:
         h, w = rgb.shape[:2]
         return Reading(reading_order(lines), self.name, time.perf_counter() - t0, w, h)
 
+    def recognise_line(self, crop: np.ndarray, vertical: bool) -> Line | None:
+        """One line's crop (grey or BGR, as printed: a column upright) recognised as `read`
+        recognises the lines it finds, without detection; None when nothing is read surely enough
+        (`drop_score`). The near-duplicate decision reads a field's line on the other photograph
+        with it (pipelines.read.field_line)."""
+        bgr = crop if crop.ndim == 3 else np.repeat(crop[:, :, None], 3, axis=2)
+        if vertical:
+            bgr = np.rot90(bgr)
+        with self.lock:
+            rec = self._recognise([np.ascontiguousarray(bgr)], None)[0]
+        text, score, alts = _cleaned(rec)
+        if not text or score < self.drop_score:
+            return None
+        h, w = crop.shape[:2]
+        return Line(
+            text, ((0.0, 0.0), (float(w), 0.0), (float(w), float(h)), (0.0, float(h))), score, vertical, 0, alts
+        )
+
     def _reread_display(self, bgr: np.ndarray, lines: list[Line], deadline: float | None) -> list[Line]:
         """The display lettering read again from other views of its crop, the most confident
         read kept.

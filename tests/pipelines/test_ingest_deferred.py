@@ -127,24 +127,30 @@ def _blobs(env):
     return LocalBlobStore(env.data_dir)
 
 
-@pytest.mark.parametrize("read_candidates", [True, False])
-def test_a_candidate_whose_read_was_deferred_is_read_before_the_decision(env, monkeypatch, read_candidates):
+@pytest.mark.parametrize("guard", ["read the candidate", "read across", "neither"])
+def test_a_candidate_whose_read_was_deferred_is_read_before_the_decision(env, monkeypatch, guard):
     """A product-line label sent with the same full fields as a deferred one is read (it has a
     candidate), and so is the deferred candidate: their grades differ, two labels. Without reading
-    the candidate the fields-agree check merges them, which is how this test can fail."""
+    the candidate, the query's grade read across on the candidate's photograph keeps them apart
+    too (pipelines.neardup.printed); with neither, the fields-agree check merges them, which is
+    how this test can fail."""
     first, second, grade_a, grade_b = _grade_pair()
     a = ingest_bytes(env, [first], "job-a", FULL)["items"][0]
     assert a["read"] == "deferred"
     # What the reader would read off the first (put in the reading cache, as a read leaves it).
     readings.store(env.r, hashing.sha1_hex(first), _reading({"brand_name": FULL["brand_name"], "grade": grade_a}))
-    if not read_candidates:
+    if guard != "read the candidate":
         monkeypatch.setattr(deferred, "stored_readings", lambda *_a: None)
+    if guard == "neither":
+        monkeypatch.setattr(readings, "field_reader", lambda _s: None)
     b = ingest_bytes(env, [second], "job-b", FULL)["items"][0]
     assert "read" not in b and b["read_text"], "it had a candidate: read during its ingest"
-    if read_candidates:
+    if guard == "read the candidate":
         assert not b["dedup"] and b["id"] != a["id"], b
         _sig, entry = decision.parse_entry(env.r.hget(SIG_KEY, hashing.sha1_hex(second)[:16]))
         assert "d" not in entry and decision.stored_said(entry).get("grade") == grade_b, entry
+    elif guard == "read across":
+        assert not b["dedup"] and b["id"] != a["id"], b
     else:
         assert b["dedup_of"] == a["id"], b
 

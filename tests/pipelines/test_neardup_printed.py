@@ -202,3 +202,89 @@ def test_a_product_line_whose_brands_read_alike_is_kept_apart_by_the_brand_line(
     # and it never counts toward the print's verdict: the field lines in print are the same
     assert found.differs is False, found.summary()
     assert {ln.side for ln in found.lines if ln.field == "brand_name"} == {"q", "c"}, found.lines
+
+
+# Reading across: a printed field read off one photograph only is read on the other, where its line
+# maps to (printed.compare(across=...), pipelines.read.field_line); another value there vetoes.
+
+
+def _read_field():
+    from pipelines.ingest.readings import field_reader
+    from yana.settings import get_settings
+
+    return field_reader(get_settings().model_copy(update={"ocr_mode": "auto", "ocr_engine": "ppocr"}))
+
+
+def _judge_missing(image_q, reading_q, image_s, reading_s, blobs, *, drop: str, read_field) -> dict:
+    """The decision on the query against a stored label whose read missed `drop`."""
+    said_s = {k: v for k, v in _said(reading_s).items() if k != drop}
+    lines_s = {k: v for k, v in printed.field_lines(reading_s).items() if k != drop}
+    entry, _digest, _v = decision.verifier_for(
+        image_s, None, 10, said=said_s, blob_key=_store(blobs, image_s), lines=lines_s
+    )
+    store = pictures.StoredPictures(None, blobs)
+    _e, _d, verify = decision.verifier_for(
+        image_q,
+        None,
+        10,
+        said=_said(reading_q),
+        pictures=store,
+        lines=printed.field_lines(reading_q),
+        greys=store.greys,
+        read_field=read_field,
+    )
+    verify([("label_x", 30, entry)])
+    return verify.judged[0]
+
+
+@pytest.fixture(scope="module")
+def volume_line() -> dict:
+    """Two labels of one design, 720ml and 1800ml (tune family seed 12, where the pixels and the
+    picture merge them once the 1800ml label's volume is not read: strict score under 1.0)."""
+    from tools.photolabels import design_family, photograph, render
+
+    rng = random.Random(12)
+    small, big = design_family(rng, 2, split="tune", vary="number")
+    assert (small.volume, big.volume) == ("1800ml", "720ml") or (big.volume, small.volume) == ("1800ml", "720ml")
+    out = {}
+    for spec in (small, big):
+        img, _ = photograph(render(spec).image, random.Random(rng.getrandbits(64)))
+        out[spec.volume] = (img, _reading(img))
+    return out
+
+
+def test_a_number_read_off_one_photograph_is_read_across_on_the_other(volume_line, tmp_path):
+    (i_q, r_q), (i_s, r_s) = volume_line["720ml"], volume_line["1800ml"]
+    assert _said(r_q).get("volume") == "720ml" and "volume" in printed.field_lines(r_q)
+    # what the decision did before: the 1800ml label's volume unread, one design, one picture
+    before = _judge_missing(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "a"), drop="volume", read_field=None)
+    assert before["same"] is True, before
+    verdict = _judge_missing(
+        i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "b"), drop="volume", read_field=_read_field()
+    )
+    assert verdict["same"] is False and "volume read across differs" in verdict["reason"], verdict
+    across = verdict["printed"]["across"]["volume@q"]
+    assert across.split("/").count("1800ml") >= decision.ACROSS_READS, verdict["printed"]
+
+
+def test_a_rephotograph_reads_its_own_number_across(photos, tmp_path):
+    (i_q, r_q), (i_s, r_s) = photos["second"], photos["first"]
+    field = next(k for k in ("volume", "alcohol", "seimai") if k in _said(r_q) and k in printed.field_lines(r_q))
+    verdict = _judge_missing(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path), drop=field, read_field=_read_field())
+    assert verdict["same"] is True, verdict
+    read = verdict["printed"]["across"][f"{field}@q"].split("/")
+    assert decision.read_value(_said(r_q)[field]) in [decision.read_value(v) for v in read], (field, read)
+
+
+def test_a_digit_lost_across_is_no_other_value():
+    assert decision._read_across_differs("720ml", "1800ml", "volume")
+    assert decision._read_across_differs("16度", "18度", "alcohol")
+    # a digit dropped by the crop (45% read 4%, 1800ml read 180ml) is a misread, not another label
+    assert not decision._read_across_differs("45%", "4%", "seimai")
+    assert not decision._read_across_differs("1800ml", "180ml", "volume")
+    assert not decision._read_across_differs("17度", "7度", "alcohol")
+    # digits the recogniser offered (MAYBE_SEP) are not a difference either
+    assert not decision._read_across_differs("56%|55%", "55%", "seimai")
+    # characters lost off a grade (特別純米 read 純米) are no other grade either
+    assert not decision._read_across_differs("特別純米", "純米", "grade")
+    assert decision._read_across_differs("純米吟醸", "純米大吟醸", "grade")

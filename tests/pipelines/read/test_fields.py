@@ -3,7 +3,7 @@ glossary words. No model: the readings are built by hand, as the OCR engines ret
 
 from __future__ import annotations
 
-from pipelines.read.fields import extract_fields, fuzzy_key, normalize
+from pipelines.read.fields import bare_value, extract_fields, fuzzy_key, normalize
 from pipelines.read.ocr import Line, Reading
 
 
@@ -260,3 +260,15 @@ def test_a_printed_number_keeps_the_values_its_digits_may_be():
     assert said["volume"] == "720ml"
     assert identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")[:1] == ["56%"]
     assert "55%" in identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")
+
+
+def test_a_line_known_to_print_a_number_is_read_by_its_number_and_unit():
+    # as read across (pipelines.read.field_line): the line is known to be the field's
+    assert bare_value("volume", "300T") == "300ml"  # ml read as T
+    assert bare_value("volume", "内容用500m1") == "500ml"
+    assert bare_value("alcohol", "分17度") == "17度"
+    assert bare_value("seimai", "55%") == "55%"
+    # no bottle size, two numbers, or no unit that makes it the field's value: nothing
+    assert bare_value("volume", "mOOm") == "" and bare_value("volume", "720 1800") == ""
+    assert bare_value("alcohol", "アルコール分ー度") == "" and bare_value("seimai", "米東3") == ""
+    assert bare_value("grade", "純米") == ""
