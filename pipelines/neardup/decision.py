@@ -461,9 +461,8 @@ class Verifier:
     def _printed_veto(self, found: printed.Verdict, theirs: dict, only: bool, needs: bool, uncertain: set[str]) -> str:
         """Why the printed-lines check keeps a candidate apart ('' when it does not). `uncertain`:
         the fields read as values that may be one another, whose lines must be printed alike."""
-        # a field read off one photograph only, read across on the other as another value (by
-        # every crop that read one): the same veto as a value read off both that differs
-        # (SAID_VETO_KEYS), whatever merged them
+        # a field read off one photograph only, read across on the other as another value: the
+        # same veto as a value read off both that differs (SAID_VETO_KEYS), whatever merged them.
         # At least ACROSS_READS crops must read a value, and one value: one crop of small print on
         # a blurred photograph reads anything (500ml read as 1800ml on a tune re-photograph, and
         # as 1500 and 100 by two other crops).

@@ -13,11 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from pipelines.neardup.decision import MAYBE_SEP
+from pipelines.neardup.printed import NUMBERS
 from pipelines.read.fields import bare_value, extract_fields, plausible
 from pipelines.read.ocr import Reading, get_reader
-
-# The printed numbers: a crop that reads as another of them is not this field's line.
-NUMBERS = ("seimai", "alcohol", "volume")
 
 
 def read_field_at(crop: np.ndarray, vertical: bool, key: str, engine: str | None = None) -> str:
@@ -33,7 +31,8 @@ def read_field_at(crop: np.ndarray, vertical: bool, key: str, engine: str | None
     found = extract_fields(Reading((line,), reader.name))
     f = found.fields.get(key)
     if f is None or f.source != "ocr":
-        if any(k in found.fields for k in NUMBERS if k != key):  # another field's line: misplaced
+        # a crop that reads as another printed number's line is not this field's (misplaced)
+        if any(k in found.fields for k in NUMBERS if k != key):
             return ""
         # the line is known to be this field's: its number and unit alone say its value
         value = bare_value(key, line.text)
