@@ -106,26 +106,34 @@ def _store(blobs: LocalBlobStore, image: Image.Image) -> str:
     return store_original(blobs, image, quality=92)
 
 
+def _decide(image_q, reading_q, image_s, reading_s, blobs, *, drop: str, greys: bool = True, read_field=None) -> dict:
+    """The decision on the query against a stored label whose read missed `drop`."""
+    said_s = {k: v for k, v in _said(reading_s).items() if k != drop}
+    lines_s = {k: v for k, v in printed.field_lines(reading_s).items() if k != drop}
+    entry, _digest, _v = decision.verifier_for(
+        image_s, None, 10, said=said_s, blob_key=_store(blobs, image_s), lines=lines_s
+    )
+    store = pictures.StoredPictures(None, blobs)
+    _e, _d, verify = decision.verifier_for(
+        image_q,
+        None,
+        10,
+        said=_said(reading_q),
+        pictures=store,
+        lines=printed.field_lines(reading_q),
+        greys=store.greys if greys else None,
+        read_field=read_field,
+    )
+    verify([("label_x", 30, entry)])
+    return verify.judged[0]
+
+
 def _judge(photos, blobs, query: str, stored: str, *, drop: str, greys: bool = True) -> dict:
     """The decision on `query` against `stored` whose read missed `drop` (read off the query only:
     the text is consistent, not agreeing)."""
     (iq, rq), (ist, rs) = photos[query], photos[stored]
-    said_s = {k: v for k, v in _said(rs).items() if k != drop}
-    lines_s = {k: v for k, v in printed.field_lines(rs).items() if k != drop}
-    entry, _digest, _v = decision.verifier_for(ist, None, 10, said=said_s, blob_key=_store(blobs, ist), lines=lines_s)
-    store = pictures.StoredPictures(None, blobs)
-    _e, _d, verify = decision.verifier_for(
-        iq,
-        None,
-        10,
-        said=_said(rq),
-        pictures=store,
-        lines=printed.field_lines(rq),
-        greys=store.greys if greys else None,
-    )
-    assert decision.text_consistent(verify.said, decision.stored_said(decision.parse_entry(entry)[1]))
-    verify([("label_x", 30, entry)])
-    return verify.judged[0]
+    assert drop in _said(rq) and decision.text_consistent(_said(rq), {k: v for k, v in _said(rs).items() if k != drop})
+    return _decide(iq, rq, ist, rs, blobs, drop=drop, greys=greys)
 
 
 def test_consistent_text_merges_when_the_missing_fields_line_is_printed_alike(photos, tmp_path):
@@ -215,28 +223,6 @@ def _read_field():
     return field_reader(get_settings().model_copy(update={"ocr_mode": "auto", "ocr_engine": "ppocr"}))
 
 
-def _judge_missing(image_q, reading_q, image_s, reading_s, blobs, *, drop: str, read_field) -> dict:
-    """The decision on the query against a stored label whose read missed `drop`."""
-    said_s = {k: v for k, v in _said(reading_s).items() if k != drop}
-    lines_s = {k: v for k, v in printed.field_lines(reading_s).items() if k != drop}
-    entry, _digest, _v = decision.verifier_for(
-        image_s, None, 10, said=said_s, blob_key=_store(blobs, image_s), lines=lines_s
-    )
-    store = pictures.StoredPictures(None, blobs)
-    _e, _d, verify = decision.verifier_for(
-        image_q,
-        None,
-        10,
-        said=_said(reading_q),
-        pictures=store,
-        lines=printed.field_lines(reading_q),
-        greys=store.greys,
-        read_field=read_field,
-    )
-    verify([("label_x", 30, entry)])
-    return verify.judged[0]
-
-
 @pytest.fixture(scope="module")
 def volume_line() -> dict:
     """Two labels of one design, 720ml and 1800ml (tune family seed 12, where the pixels and the
@@ -257,11 +243,9 @@ def test_a_number_read_off_one_photograph_is_read_across_on_the_other(volume_lin
     (i_q, r_q), (i_s, r_s) = volume_line["720ml"], volume_line["1800ml"]
     assert _said(r_q).get("volume") == "720ml" and "volume" in printed.field_lines(r_q)
     # what the decision did before: the 1800ml label's volume unread, one design, one picture
-    before = _judge_missing(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "a"), drop="volume", read_field=None)
+    before = _decide(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "a"), drop="volume", read_field=None)
     assert before["same"] is True, before
-    verdict = _judge_missing(
-        i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "b"), drop="volume", read_field=_read_field()
-    )
+    verdict = _decide(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "b"), drop="volume", read_field=_read_field())
     assert verdict["same"] is False and "volume read across differs" in verdict["reason"], verdict
     across = verdict["printed"]["across"]["volume@q"]
     assert across.split("/").count("1800ml") >= decision.ACROSS_READS, verdict["printed"]
@@ -270,7 +254,7 @@ def test_a_number_read_off_one_photograph_is_read_across_on_the_other(volume_lin
 def test_a_rephotograph_reads_its_own_number_across(photos, tmp_path):
     (i_q, r_q), (i_s, r_s) = photos["second"], photos["first"]
     field = next(k for k in ("volume", "alcohol", "seimai") if k in _said(r_q) and k in printed.field_lines(r_q))
-    verdict = _judge_missing(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path), drop=field, read_field=_read_field())
+    verdict = _decide(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path), drop=field, read_field=_read_field())
     assert verdict["same"] is True, verdict
     read = verdict["printed"]["across"][f"{field}@q"].split("/")
     assert decision.read_value(_said(r_q)[field]) in [decision.read_value(v) for v in read], (field, read)
