@@ -10,9 +10,11 @@ plain chunk retriever does.
 
     .venv/bin/python bench/retrieve_eval.py [--quick] [--sets en,ja] [--llm] [--cold default|MS,...] [--exact]
 
-The int8 encoder's vectors differ a little from one machine to another (cause not pinned down; the
-CPUs differed), and en's hit@1 moved by 1.7-4.3 points with them (docs/retrieve.md); `--exact` ranks with the same encoder in fp32, whose figures hold on any
-machine. The first line says which int8 kernels this CPU has.
+The int8 figures follow the CPU's int8 kernels: an AVX-512 VNNI machine (2026-11-29) gave
+docs/retrieve.md's 2026-11-25 table to the last digit, an AVX2 machine without VNNI en hit@1 1.7
+points lower and dense 0.8 higher.
+`--exact` ranks with the same encoder in fp32, whose figures were the same to the last digit on
+both kinds of CPU. The first line says which int8 kernels this CPU has.
 
 `--cold`: every question again as a first request (the API's encoder for real, no cache) within
 the API's default embedding budget or a fixed one in ms, beside the warm answer (issue 23's bar:

@@ -400,8 +400,8 @@ def build_onnx(packed: PackedE5, out: Path, int8: bool = True) -> None:
 
 def int8_kernel() -> str:
     """Which u8 x s8 dot product onnxruntime's MLAS uses here (AVX2 without VNNI sums pairs of
-    products in 16 bits, with saturation). int8 quality figures have moved between machines, so
-    bench/retrieve_eval.py prints it beside them (a u8 x u8 build was no closer to fp32 here)."""
+    products in 16 bits, with saturation). int8 quality figures follow it (docs/retrieve.md: VNNI
+    and AVX2 machines ranked en differently, fp32 alike), so bench/retrieve_eval.py prints it."""
     try:
         flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:

@@ -123,21 +123,42 @@ def _read(r, sha1: str, image: Image.Image, s: Settings) -> tuple[dict | None, d
 
 def field_reader(s: Settings):
     """How the near-duplicate decision reads a printed field across (pipelines.neardup.printed:
-    a field read off one photograph only, read on the other), with this engine; None with OCR off."""
+    a field read off one photograph only, read on the other where its line maps to), with this
+    engine; None with OCR off. The value comes as `identity_fields` gives read values (the value,
+    then what its digits may also be), '' when the crop prints none a label can."""
     if s.ocr_mode == "off":
         return None
     engine = s.ocr_engine
 
     def read_field(crop, vertical: bool, key: str) -> str:
-        from pipelines.read.field_line import read_field_at
-
         try:
-            return read_field_at(crop, vertical, key, engine)
+            return _field_at(crop, vertical, key, engine)
         except Exception:  # noqa: BLE001 - a failed read across reads nothing: the decision stands
             log.exception("field %s not read across", key)
             return ""
 
     return read_field
+
+
+def _field_at(crop, vertical: bool, key: str, engine: str) -> str:
+    from pipelines.neardup.printed import NUMBERS
+    from pipelines.read.fields import bare_value, extract_fields, plausible
+    from pipelines.read.ocr import Reading, get_reader
+
+    reader = get_reader(engine)
+    recognise = getattr(reader, "recognise_line", None)  # engines without it read nothing across
+    line = recognise(crop, vertical) if recognise is not None else None
+    if line is None:
+        return ""
+    found = extract_fields(Reading((line,), reader.name)).to_dict()
+    value = identity_fields(found, min_confidence=0.0).get(key, "")
+    if value or key in found["fields"]:  # read as the field (a value no label prints: none)
+        return value
+    if any(k in found["fields"] for k in NUMBERS):  # another printed number's line: misplaced
+        return ""
+    # the line is known to be this field's: its number and unit alone say its value
+    bare = bare_value(key, line.text)
+    return bare if plausible(key, bare) else ""
 
 
 def read_ahead(items: list[dict], *, r, s: Settings, blobs) -> int:

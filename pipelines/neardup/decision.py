@@ -171,6 +171,11 @@ def maybe_differs(a: dict, b: dict) -> set[str]:
     return {k for k in READ_KEYS if _relation(a.get(k), b.get(k), k) == "maybe"}
 
 
+def _printed_said(said: dict) -> set[str]:
+    """The printed fields (printed.FIELDS) a reading gives a value for."""
+    return {k for k in printed.FIELDS if read_value(said.get(k))}
+
+
 def _digits(value) -> str:
     return "".join(ch for ch in read_value(value) if ch.isdigit())
 
@@ -379,7 +384,7 @@ class Verifier:
     lines: dict = field(default_factory=dict)
     greys: Greys | None = field(default=None, repr=False)
     # reading across (printed.compare): what a printed field read off one photograph only says on
-    # the other (pipelines.read.field_line; None: not read across)
+    # the other (pipelines.ingest.readings.field_reader; None: not read across)
     read_field: printed.FieldReader | None = field(default=None, repr=False)
     _pic_array: Any = field(default=None, repr=False, compare=False)  # the query's picture, once
     _grey: Any = field(default=None, repr=False, compare=False)  # the query's grey, once
@@ -450,8 +455,7 @@ class Verifier:
     def _one_sided(self, theirs: dict) -> dict[str, tuple[str, ...]]:
         """Per side ("q": the query, "c": the candidate), the printed fields read off that
         photograph only, where its entry knows the field's line: what is read across."""
-        mine = {k for k in printed.FIELDS if read_value(self.said.get(k))}
-        other = {k for k in printed.FIELDS if read_value(stored_said(theirs).get(k))}
+        mine, other = _printed_said(self.said), _printed_said(stored_said(theirs))
         their_lines = theirs.get("ln") or {}
         return {
             "q": tuple(k for k in printed.FIELDS if k in mine - other and k in self.lines),
@@ -473,8 +477,7 @@ class Verifier:
                 return f"{key} read across differs"
         one_sided = set(uncertain)
         if only:  # the fields read off one side only: their lines looked up on the other
-            mine = {k for k in printed.FIELDS if read_value(self.said.get(k))}
-            one_sided |= mine ^ {k for k in printed.FIELDS if read_value(stored_said(theirs).get(k))}
+            one_sided |= _printed_said(self.said) ^ _printed_said(stored_said(theirs))
         if found.differs or any(found.field_differs(k) for k in one_sided):
             return "printed lines differ"
         if needs and (found.differs is None or any(found.field_differs(k) is None for k in one_sided)):

@@ -61,7 +61,7 @@ MAX_LINE_MEDIAN = 0.2  # one line's median (a field read off one photograph only
 RATIO_FLOOR = 0.005  # the median a ratio divides by, at least (a near-perfect line)
 RATIO_MIN_WORST = 0.03  # a worst window under this is no differing glyph, whatever the ratio
 # Reading across (`compare(..., across=...)`): a field read off one photograph only is looked up
-# on the other and read there (`FieldReader`, pipelines.read.field_line). The crops are the line's
+# on the other and read there (`FieldReader`, pipelines.ingest.readings.field_reader). The crops are the line's
 # box widened by each of READ_PADS of its thickness each side (the homography leaves a line a few
 # px off, and the recogniser's read of small print changes with the framing: one tune pair read
 # 300T, mOOm and 300m at three pads), read only where the whole box lies on the other photograph

@@ -320,7 +320,7 @@ def _volume_value(v: str, unit: str) -> str:
 
 
 # A printed number as it reads on its own, where the line is already known to be that field's
-# (pipelines.read.field_line: the line of a field read off another photograph of the label): the
+# (pipelines.ingest.readings.field_reader: the line of a field read off another photograph): the
 # key words are often lost on small print (300T for 300ml, 分17度), so only the number and the
 # unit that make it a value of that field are asked for. A volume is a bottle size, alone.
 _BARE = {

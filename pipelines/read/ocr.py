@@ -629,7 +629,7 @@ class PPOCRReader:
         """One line's crop (grey or BGR, as printed: a column upright) recognised as `read`
         recognises the lines it finds, without detection; None when nothing is read surely enough
         (`drop_score`). The near-duplicate decision reads a field's line on the other photograph
-        with it (pipelines.read.field_line)."""
+        with it (pipelines.ingest.readings.field_reader)."""
         bgr = crop if crop.ndim == 3 else np.repeat(crop[:, :, None], 3, axis=2)
         if vertical:
             bgr = np.rot90(bgr)

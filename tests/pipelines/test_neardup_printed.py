@@ -213,7 +213,7 @@ def test_a_product_line_whose_brands_read_alike_is_kept_apart_by_the_brand_line(
 
 
 # Reading across: a printed field read off one photograph only is read on the other, where its line
-# maps to (printed.compare(across=...), pipelines.read.field_line); another value there vetoes.
+# maps to (printed.compare(across=...), pipelines.ingest.readings.field_reader); another value there vetoes.
 
 
 def _read_field():

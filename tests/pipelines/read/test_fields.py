@@ -263,7 +263,7 @@ def test_a_printed_number_keeps_the_values_its_digits_may_be():
 
 
 def test_a_line_known_to_print_a_number_is_read_by_its_number_and_unit():
-    # as read across (pipelines.read.field_line): the line is known to be the field's
+    # as read across (pipelines.ingest.readings.field_reader): the line is known to be the field's
     assert bare_value("volume", "300T") == "300ml"  # ml read as T
     assert bare_value("volume", "内容用500m1") == "500ml"
     assert bare_value("alcohol", "分17度") == "17度"
