@@ -125,7 +125,7 @@ def index_reading(index, sha1: str, fields: dict, reading: dict) -> bool:
     return index.add_reading(
         sha1,
         decision.entry_with_reading(entry, read, said_keys, printed.field_lines(reading)),
-        decision.text_digest(said_keys or read),
+        decision.text_digests(said_keys or read),
     )
 
 

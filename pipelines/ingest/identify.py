@@ -68,7 +68,7 @@ def _text_match(r, said: dict[str, str], hit: dict) -> bool:
         return False
     _sig, theirs = neardup.parse_entry(r.hget(SIG_KEY, str(hit["id"]).removeprefix("label_")))
     stored = theirs.get("read") or {}
-    if neardup.read_conflict(said, stored):
+    if neardup.read_conflict(said, stored, sure=True):
         return False
     return any(
         k != "brand_name" and stored.get(k) and neardup.read_value(stored.get(k)) == neardup.read_value(v)
@@ -112,7 +112,7 @@ def identify(
         read_field=readings.field_reader(s),
     )
     index = shared_index(r, s.phash_threshold, s.phash_candidate_radius)
-    found = index.identify(ph, sha1, verify, text_digest=verify.text_digest)
+    found = index.identify(ph, sha1, verify, text_digests=verify.text_digests)
     query = _query_text(reading)
     res = search_service.search(query or None, filters, k=k, r=r, chroma=chroma) if query else {"hits": [], "debug": {}}
     hits = [dict(h) for h in res["hits"]]

@@ -290,7 +290,7 @@ def _prepare_item(item: dict, *, job_id: str, s: Settings, index, blobs: BlobSto
             entry=entry,
             verify=verify,
             fields_digest=digest,
-            text_digest=verify.text_digest,
+            text_digests=verify.text_digests,
         )
     except YanaError as exc:
         out["error"] = exc.body()

@@ -17,7 +17,7 @@ What the label says (OCR, when it was read) comes before both: a brand, grade or
 read surely off both (`read`) that differs makes two labels. Agreeing text is evidence the other
 way, like agreeing fields: images whose reading gives the same brand, or one read alike
 (`brands_alike`: brush lettering is misread from photograph to photograph), are candidates at any
-pHash distance (the index's read-the-same set, `text_digest`), and when the same fields were read off
+pHash distance (the index's read-the-same sets, `text_digests`), and when the same fields were read off
 both (`said`: every value read, however surely), all equal, the brand and at least one more
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
 check), and then the aligned picture check (pipelines.neardup.picture, on both photographs'
@@ -129,41 +129,79 @@ def read_value(value) -> str:
     return _read_norm(value).split(MAYBE_SEP)[0]
 
 
-def _relation(x, y, key: str = "") -> str:
+def _relation(x, y, key: str = "", sure: bool = False) -> str:
     """How two read values of one field compare: "" (not read on both sides), "same", "maybe"
     (they differ, but one may be read as the other, or both as a third; for the brand: read
-    alike, `brands_alike`) or "differs"."""
+    alike, `brands_alike`, by their ends only when both were read `sure`ly) or "differs"."""
     xs, ys = _read_norm(x).split(MAYBE_SEP), _read_norm(y).split(MAYBE_SEP)
     if not xs[0] or not ys[0]:
         return ""
     if xs[0] == ys[0]:
         return "same"
-    if key == "brand_name" and brands_alike(xs[0], ys[0]):
+    if key == "brand_name" and brands_alike(xs[0], ys[0], ends_only=sure):
+        return "maybe"
+    if key in printed.NUMBERS and _digits_lost(xs[0], ys[0]):
         return "maybe"
     return "maybe" if (set(xs) & set(ys)) - {""} else "differs"
+
+
+# A printed number read off both photographs whose digits on one side are the other's with some
+# lost (16度 read 6度, 65% read 6%, 1800ml read 180ml): small print drops a digit far more often
+# than a product line prints a number that is another's with a digit left out. It is no veto but
+# "maybe": the merge then needs that number's line compared alike on both photographs, which a
+# digit printed on one label and not the other fails (a differing window). Tune seeds 32-33: 2 of
+# 12 missed re-photographs were vetoed so.
+def _digits_lost(a: str, b: str) -> bool:
+    """One value's digits are the other's with some lost, the rest (the unit) the same."""
+    da, db = (_digits(v) for v in (a, b))
+    if not da or not db or _non_digits(a) != _non_digits(b):
+        return False
+    short, long_ = sorted((da, db), key=len)
+    return len(short) < len(long_) and short in long_
+
+
+def _non_digits(value: str) -> str:
+    return "".join(ch for ch in value if not ch.isdigit())
 
 
 # Brush lettering is read differently from one photograph to the next far more often than print:
 # a cursive の read as 八, 門, 刀 or left out, a stroke read as an extra kanji (朝里 / 朝和口里).
 # On a check set in a brush face neither split was tuned on (docs/ocr.md), 8 of 14 re-photographs
 # missed had their brand read so, and no candidate at all. Two brands are read alike when they
-# begin and end with the same character and differ in at most BRAND_EDITS characters between; a
+# keep one of `_brand_keys` (the same first and last character, or for names of three or more the
+# same first two or last two: an end misread, lost or cut) and differ in at most BRAND_EDITS; a
 # merge on brands read alike needs the brand's printed line compared alike (like a number read as
 # values that may be one another), since a product line's labels differ in exactly the brand.
 BRAND_EDITS = 2
 
 
-def brands_alike(a: str, b: str) -> bool:
-    """Two read brands that may be one name read twice (see BRAND_EDITS)."""
-    if not a or not b or a[0] != b[0] or a[-1] != b[-1]:
+def brands_alike(a: str, b: str, *, ends_only: bool = False) -> bool:
+    """Two read brands that may be one name read twice (see BRAND_EDITS). `ends_only`: both were
+    read surely, and an end read otherwise is another name (a product line's brands 星の光 and
+    風の光, both read at 0.9 on tune seed 32; a misread end was never read surely there)."""
+    if not a or not b:
+        return False
+    keep = 1 if ends_only else None  # _brand_keys' first: the ends
+    if not set(_brand_keys(a)[:keep]) & set(_brand_keys(b)[:keep]):
         return False
     return edit_distance(a, b, BRAND_EDITS) <= BRAND_EDITS
 
 
-def read_conflict(a: dict, b: dict, keys: tuple[str, ...] = READ_KEYS) -> str | None:
+def _brand_keys(brand: str) -> list[str]:
+    """What two reads of one brand keep in common when a misread changes at most one end: its
+    first and last characters, and for names of three or more its first two and its last two
+    (白の雫 read 白の率, 山のしぼり read しぼり or 山のし: an end character misread, lost or cut)."""
+    keys = ["ends\x1f" + brand[0] + brand[-1]]
+    if len(brand) >= 3:
+        keys += ["head\x1f" + brand[:2], "tail\x1f" + brand[-2:]]
+    return keys
+
+
+def read_conflict(a: dict, b: dict, keys: tuple[str, ...] = READ_KEYS, *, sure: bool = False) -> str | None:
     """The first read field (of `keys`) both readings give and that differs, or None. Values that
-    may be read as one another (MAYBE_SEP) do not differ here."""
-    return next((k for k in keys if _relation(a.get(k), b.get(k), k) == "differs"), None)
+    may be read as one another (MAYBE_SEP) do not differ here. `sure`: both readings are of values
+    read surely (`read`)."""
+    return next((k for k in keys if _relation(a.get(k), b.get(k), k, sure) == "differs"), None)
 
 
 def maybe_differs(a: dict, b: dict) -> set[str]:
@@ -211,13 +249,16 @@ def text_consistent(a: dict, b: dict) -> bool:
     return read_conflict(a, b) is None
 
 
-def text_digest(read: dict | None) -> str:
-    """Key of the read-the-same set, or '' when no brand was read: the read brand's first and last
-    characters, so brands read alike (`brands_alike`) meet in one set."""
+def text_digests(read: dict | None) -> tuple[str, ...]:
+    """Keys of the read-the-same sets a reading joins and finds candidates in, () when no brand was
+    read: one per `_brand_keys` of the read brand, so brands read alike (`brands_alike`) always
+    share one."""
     brand = read_value((read or {}).get("brand_name"))
     if not brand:
-        return ""
-    return hashlib.sha1(("brand-ends\x1f" + brand[0] + brand[-1]).encode(), usedforsecurity=False).hexdigest()[:20]
+        return ()
+    return tuple(
+        hashlib.sha1(("brand-" + key).encode(), usedforsecurity=False).hexdigest()[:20] for key in _brand_keys(brand)
+    )
 
 
 def _read_norm(value) -> str:
@@ -485,9 +526,9 @@ class Verifier:
         return ""
 
     @property
-    def text_digest(self) -> str:
-        """The read-the-same set this image's candidates by text come from (and it joins)."""
-        return text_digest(self.said) if has_content(self.view.luma) else ""
+    def text_digests(self) -> tuple[str, ...]:
+        """The read-the-same sets this image's candidates by text come from (and it joins)."""
+        return text_digests(self.said) if has_content(self.view.luma) else ()
 
     def _image_check(self, theirs: dict, stored: dict) -> tuple[bool, float, str, bool]:
         """How a candidate's image is checked: (grey-only score, its limit, reason, text agrees and
@@ -576,7 +617,7 @@ class Verifier:
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
             stored = theirs.get("read") or {}
-            said = read_conflict(self.read, stored) or read_conflict(self.said, stored_said(theirs), SAID_VETO_KEYS)
+            said = read_conflict(self.read, stored, sure=True) or read_conflict(self.said, stored_said(theirs), SAID_VETO_KEYS)
             if blank:
                 verdict = {"same": False, "reason": "no content (blank or single colour)"}
             elif conflict:

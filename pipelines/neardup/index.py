@@ -47,7 +47,8 @@ SHA1_KEY = "yana:phash:sha1"
 SIG_KEY = "yana:phash:sig"  # key (16 hex) -> the verifier's signature entry (pipelines.neardup.decision)
 # set of keys whose uploader sent the same category/brand/product (candidates at any distance)
 FIELDS_KEY = "yana:phash:fields:{digest}"
-# set of keys whose label was read (OCR) with the same brand (candidates at any distance)
+# set of keys whose label's read brand (OCR) keeps one part (its ends, first two or last two
+# characters: decision.text_digests); a label is in one set per part (candidates at any distance)
 TEXT_KEY = "yana:phash:text:{digest}"
 # hash upload sha1 -> JSON {dedup_of, distance, verifier_score, phash, file_path, at}: every merge decided
 DUPS_KEY = "yana:phash:dups"
@@ -62,12 +63,20 @@ for _i, _c in enumerate(b"0123456789abcdef"):
 for _i, _c in enumerate(b"ABCDEF"):
     _HEX[_c] = 10 + _i
 
-# KEYS: log, sha1 map, signature map, the set of labels with the same fields (or ''), the set of
-# labels that read the same (or '').
+# KEYS: log, sha1 map, signature map, the set of labels with the same fields (or ''), then the sets
+# of labels that read the same (none or more).
 # ARGV: phash(16 hex), sha1, key(16 hex), owner, offset, radius, cap, file_path, signature entry,
 # then the keys already judged (not candidates again).
 _CHECK_AND_INSERT = """
-local log, map, sigs, same, said = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local log, map, sigs, same = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local said = {}
+for i = 5, #KEYS do if KEYS[i] ~= '' then said[#said + 1] = KEYS[i] end end
+local function in_said(k)
+  for _, s in ipairs(said) do
+    if redis.call('SISMEMBER', s, k) == 1 then return true end
+  end
+  return false
+end
 local ph, sha1, key, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local offset, radius, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local ex = redis.call('HGET', map, sha1)
@@ -98,7 +107,7 @@ if n > offset then
     local d = popcount32(bit.bxor(qh, h)) + popcount32(bit.bxor(ql, l))
     local k = string.sub(tail, pos + 17, pos + 32)
     if not judged[k] and (d <= radius or (same ~= '' and redis.call('SISMEMBER', same, k) == 1)
-                          or (said ~= '' and redis.call('SISMEMBER', said, k) == 1)) then
+                          or in_said(k)) then
       out[#out + 1] = k
       out[#out + 1] = tostring(d)
     end
@@ -109,7 +118,7 @@ redis.call('APPEND', log, '+' .. ph .. key)
 redis.call('HSET', map, sha1, 'label_' .. key .. '|' .. ph .. '|' .. owner .. '|' .. ARGV[8])
 if ARGV[9] ~= '' then redis.call('HSET', sigs, key, ARGV[9]) end
 if same ~= '' then redis.call('SADD', same, key) end
-if said ~= '' then redis.call('SADD', said, key) end
+for _, s in ipairs(said) do redis.call('SADD', s, key) end
 return {'indexed', tostring(n + 1)}
 """
 
@@ -125,12 +134,12 @@ redis.call('HDEL', KEYS[3], string.sub(ARGV[1], 1, 16))
 return 1
 """
 
-# KEYS: sha1 map, signature map, the read-the-same set (or ''). ARGV: sha1, key, signature entry.
-# What a deferred read found, on an image still indexed: its entry replaced, the set joined.
+# KEYS: sha1 map, signature map, the read-the-same sets (none or more). ARGV: sha1, key, signature
+# entry. What a deferred read found, on an image still indexed: its entry replaced, the sets joined.
 _ADD_READING = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-if KEYS[3] ~= '' then redis.call('SADD', KEYS[3], ARGV[2]) end
+for i = 3, #KEYS do redis.call('SADD', KEYS[i], ARGV[2]) end
 return 1
 """
 
@@ -529,8 +538,8 @@ class PHashIndex:
     def fields_set(self, fields_digest: str) -> str:
         return FIELDS_KEY.format(digest=fields_digest) if fields_digest else ""
 
-    def text_set(self, text_digest: str) -> str:
-        return TEXT_KEY.format(digest=text_digest) if text_digest else ""
+    def text_sets(self, text_digests: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(TEXT_KEY.format(digest=d) for d in text_digests if d)
 
     def check_and_insert(
         self,
@@ -542,17 +551,17 @@ class PHashIndex:
         entry: str = "",
         verify: Verify | None = None,
         fields_digest: str = "",
-        text_digest: str = "",
+        text_digests: tuple[str, ...] = (),
     ) -> Outcome:
         """Index an image unless an indexed one is the same label. `entry`: the signature entry
         stored for later verifiers; `verify`: the second stage (None: distance <= threshold);
-        `fields_digest` / `text_digest`: labels indexed with the same uploader fields / a brand read alike
-        are candidates at any distance."""
+        `fields_digest` / `text_digests`: labels indexed with the same uploader fields / a brand read
+        alike are candidates at any distance."""
         phash_hex = phash_hex.lower()
         key = sha1[:16]
         code = int(phash_hex, 16)
         same = self.fields_set(fields_digest) if verify is not None else ""
-        said = self.text_set(text_digest) if verify is not None else ""
+        said = self.text_sets(text_digests) if verify is not None else ()
         judged: set[str] = set()
         entries: dict[str, str | None] = {}
         tail: list[tuple[str, int]] = []
@@ -562,7 +571,7 @@ class PHashIndex:
                 cands = tail
             else:
                 # the first sync also reads the exact-bytes entry (the script checks it again)
-                synced = self._candidates(code, sha1 if attempt == 0 else None, (same, said), verify)
+                synced = self._candidates(code, sha1 if attempt == 0 else None, (same, *said), verify)
                 if synced.existing:
                     return self._existing(synced.existing, owner, phash_hex)
                 entries.update(synced.entries)
@@ -573,7 +582,7 @@ class PHashIndex:
             if hit:
                 return Outcome("dedup", label_of_key(hit[0]), hit[1], score=hit[2], candidates=len(judged))
             res = self._check(
-                keys=[self.log_key, self.sha1_key, self.sig_key, same, said],
+                keys=[self.log_key, self.sha1_key, self.sig_key, same, *said],
                 args=[phash_hex, sha1, key, owner, offset, self.radius, TAIL_CAP, file_path, entry, *judged],
             )
             status = res[0]
@@ -593,15 +602,17 @@ class PHashIndex:
             return Outcome("self", lid, 0, ph)
         return Outcome("dedup", lid, hamming(ph, phash_hex), ph)
 
-    def identify(self, phash_hex: str, sha1: str, verify: Verify | None, text_digest: str = "") -> Outcome | None:
+    def identify(
+        self, phash_hex: str, sha1: str, verify: Verify | None, text_digests: tuple[str, ...] = ()
+    ) -> Outcome | None:
         """What check_and_insert would answer for an image, without indexing it: the label with
         the same bytes (distance 0, no score) or the one the second stage takes it for (candidates
-        by hash, and by `text_digest` like check_and_insert's); else None."""
+        by hash, and by `text_digests` like check_and_insert's); else None."""
         same = self.lookup_sha1(sha1)
         if same:
             return Outcome("dedup", same["id"], hamming(same["phash"], phash_hex), same["phash"])
-        said = self.text_set(text_digest) if verify is not None else ""
-        synced = self._candidates(int(phash_hex, 16), None, (said,), verify)
+        said = self.text_sets(text_digests) if verify is not None else ()
+        synced = self._candidates(int(phash_hex, 16), None, said, verify)
         entries = dict(synced.entries)
         hit = self._judge(synced.candidates, verify, entries)
         if hit is None:
@@ -615,11 +626,11 @@ class PHashIndex:
         """The signature entry of an indexed image (None: none)."""
         return self.r.hget(self.sig_key, sha1[:16])
 
-    def add_reading(self, sha1: str, entry: str, text_digest: str = "") -> bool:
+    def add_reading(self, sha1: str, entry: str, text_digests: tuple[str, ...] = ()) -> bool:
         """After a deferred read: the image's signature entry becomes `entry` (what was read now in
-        it) and it joins the read-the-same set of `text_digest`, if it is still indexed. Its
+        it) and it joins the read-the-same sets of `text_digests`, if it is still indexed. Its
         candidates were judged when it was indexed (reading whatever they needed then)."""
-        keys = [self.sha1_key, self.sig_key, self.text_set(text_digest)]
+        keys = [self.sha1_key, self.sig_key, *self.text_sets(text_digests)]
         return bool(self._add_reading(keys=keys, args=[sha1, sha1[:16], entry]))
 
     def remove(self, sha1: str) -> bool:
