@@ -617,7 +617,9 @@ class Verifier:
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
             stored = theirs.get("read") or {}
-            said = read_conflict(self.read, stored, sure=True) or read_conflict(self.said, stored_said(theirs), SAID_VETO_KEYS)
+            said = read_conflict(self.read, stored, sure=True) or read_conflict(
+                self.said, stored_said(theirs), SAID_VETO_KEYS
+            )
             if blank:
                 verdict = {"same": False, "reason": "no content (blank or single colour)"}
             elif conflict:

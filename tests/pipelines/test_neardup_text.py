@@ -52,14 +52,17 @@ def test_labels_that_read_the_same_are_candidates_at_any_distance(redis_client, 
     assert a.status == "indexed"
     assert redis_client.sismember(TEXT_KEY.format(digest=digest), _sha("a")[:16]), "joined by the insert"
     rec = _Recorder(set())
-    other = idx.check_and_insert("ffffffffffffffff", _sha("b"), "x:1", verify=rec, text_digests=(uuid.uuid4().hex[:20],))
+    other = idx.check_and_insert(
+        "ffffffffffffffff", _sha("b"), "x:1", verify=rec, text_digests=(uuid.uuid4().hex[:20],)
+    )
     assert other.status == "indexed" and not any(rec.calls), "another reading, distance 64: no candidate"
     rec = _Recorder({a.label_id})
     same = idx.check_and_insert("fffffffffffffff0", _sha("c"), "x:2", verify=rec, text_digests=(digest,))
     assert (same.status, same.label_id, same.distance) == ("dedup", a.label_id, 60)
     assert (a.label_id, 60, "sig-a") in rec.calls[0], "by text, at distance 60"
     assert (
-        idx.identify("fffffffffffffff0", _sha("d"), _Recorder({a.label_id}), text_digests=(digest,)).label_id == a.label_id
+        idx.identify("fffffffffffffff0", _sha("d"), _Recorder({a.label_id}), text_digests=(digest,)).label_id
+        == a.label_id
     )
     assert idx.identify("fffffffffffffff0", _sha("d"), _Recorder({a.label_id})) is None, "without the text: too far"
 
