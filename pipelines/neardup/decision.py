@@ -140,28 +140,7 @@ def _relation(x, y, key: str = "", sure: bool = False) -> str:
         return "same"
     if key == "brand_name" and brands_alike(xs[0], ys[0], ends_only=sure):
         return "maybe"
-    if key in printed.NUMBERS and _digits_lost(xs[0], ys[0]):
-        return "maybe"
     return "maybe" if (set(xs) & set(ys)) - {""} else "differs"
-
-
-# A printed number read off both photographs whose digits on one side are the other's with some
-# lost (16度 read 6度, 65% read 6%, 1800ml read 180ml): small print drops a digit far more often
-# than a product line prints a number that is another's with a digit left out. It is no veto but
-# "maybe": the merge then needs that number's line compared alike on both photographs, which a
-# digit printed on one label and not the other fails (a differing window). Tune seeds 32-33: 2 of
-# 12 missed re-photographs were vetoed so.
-def _digits_lost(a: str, b: str) -> bool:
-    """One value's digits are the other's with some lost, the rest (the unit) the same."""
-    da, db = (_digits(v) for v in (a, b))
-    if not da or not db or _non_digits(a) != _non_digits(b):
-        return False
-    short, long_ = sorted((da, db), key=len)
-    return len(short) < len(long_) and short in long_
-
-
-def _non_digits(value: str) -> str:
-    return "".join(ch for ch in value if not ch.isdigit())
 
 
 # Brush lettering is read differently from one photograph to the next far more often than print:
@@ -452,6 +431,18 @@ class Verifier:
             return False
         return same
 
+    def _another_picture(self, verdict: dict[str, Any], stored: np.ndarray | None) -> bool:
+        """The aligned picture check aligned the two pictures and found them another picture
+        (not aligned, or no picture: no say)."""
+        if stored is None:
+            return False
+        parts = self._picture_parts(stored)
+        verdict["picture"] = parts.summary()
+        if parts.inliers < picture.MIN_INLIERS or parts.box < picture.MIN_AREA or picture.same_picture(parts):
+            return False
+        verdict["reason"] += ", picture differs"
+        return True
+
     def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool]], joined: set[int]) -> None:
         """The printed-lines check's say on the candidates about to merge (pipelines.neardup.printed):
         their field lines printed otherwise vetoes, a field read off one side only included (its
@@ -588,15 +579,20 @@ class Verifier:
         refs = [c[5] for c in to_compare if c[5] is not None]
         loaded = iter(self.pictures(refs) if refs and self.pictures is not None else [])
         joined: set[int] = set()
-        for j, ((_row, _sig, _loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
+        for j, ((_row, _sig, loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
             same = score <= limit
             if not same and j in strict and strict[j] <= 1.0:
                 same, score = True, strict[j]
             if ref is not None:
                 stored_picture = next(loaded)
                 # on consistent text only, the picture may join (the printed lines then confirm) but
-                # never parts what the pixels or the uploader's fields already join, as before it
-                if not (same and consistent_only[j]):
+                # never parts what the pixels join, as before it; what the uploader's agreeing
+                # fields joined on the grey-only score it parts where it aligned and saw another
+                # picture (an edition sent with the same brand, product and brewery)
+                if same and consistent_only[j]:
+                    if loose and self._another_picture(rows[j], stored_picture):
+                        same = False
+                else:
                     before, same = same, self._picture_verdict(rows[j], same, stored_picture)
                     if same and not before:
                         joined.add(j)
