@@ -16,7 +16,8 @@ crops are scaled so the line is UNIT px thick and blurred alike, and the line is
 by window (one character wide, each window at its best shift of up to SHIFT px): per window
 1 - the normalised correlation. Two photographs of one label give a low, even profile (blur and
 glare lower every window alike); a differing digit gives one window far above the line's own
-level; another typeface or another grade string lifts the whole line.
+level; another typeface or another grade string lifts the whole line. A line both photographs read
+is compared both ways, and a field line differs only when it does both ways (WAYS_AGREE).
 
 `compare` returns the profile's summary and the verdict under the limits, chosen on
 tools/photolabels' tune split only (seeds 7 and 8: bench/identity_eval.py, docs/ocr.md).

@@ -106,8 +106,11 @@ def _store(blobs: LocalBlobStore, image: Image.Image) -> str:
     return store_original(blobs, image, quality=92)
 
 
-def _decide(image_q, reading_q, image_s, reading_s, blobs, *, drop: str, greys: bool = True, read_field=None) -> dict:
-    """The decision on the query against a stored label whose read missed `drop`."""
+def _decide(
+    image_q, reading_q, image_s, reading_s, blobs, *, drop: str, greys: bool = True, read_field=None, misread=None
+) -> dict:
+    """The decision on the query against a stored label whose read missed `drop` (and the query's
+    read with `misread`'s values instead of its own)."""
     said_s = {k: v for k, v in _said(reading_s).items() if k != drop}
     lines_s = {k: v for k, v in printed.field_lines(reading_s).items() if k != drop}
     entry, _digest, _v = decision.verifier_for(
@@ -118,7 +121,7 @@ def _decide(image_q, reading_q, image_s, reading_s, blobs, *, drop: str, greys: 
         image_q,
         None,
         10,
-        said=_said(reading_q),
+        said={**_said(reading_q), **(misread or {})},
         pictures=store,
         lines=printed.field_lines(reading_q),
         greys=store.greys if greys else None,
@@ -249,6 +252,21 @@ def test_a_number_read_off_one_photograph_is_read_across_on_the_other(volume_lin
     assert verdict["same"] is False and "volume read across differs" in verdict["reason"], verdict
     across = verdict["printed"]["across"]["volume@q"]
     assert across.split("/").count("1800ml") >= decision.ACROSS_READS, verdict["printed"]
+
+
+def test_a_number_read_with_a_digit_lost_is_read_across_where_it_was_lost(volume_line, tmp_path):
+    """1800ml read off one label, 180ml (the 1800ml with a digit lost, to the decision) off the other:
+    no veto, only "maybe"; the 1800ml line is read across on the photograph that read 180ml, and
+    that is the 720ml label: kept apart by what it prints there."""
+    (i_q, r_q), (i_s, r_s) = volume_line["720ml"], volume_line["1800ml"]
+    said_s = _said(r_s)
+    assert said_s.get("volume") == "1800ml" and "volume" in printed.field_lines(r_s)
+    assert decision.maybe_differs({"volume": "180ml"}, said_s) == {"volume"}
+    verdict = _decide(
+        i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path), drop="", read_field=_read_field(), misread={"volume": "180ml"}
+    )
+    assert verdict["same"] is False and "volume read across differs" in verdict["reason"], verdict
+    assert verdict["printed"]["across"]["volume@c"].split("/").count("720ml") >= decision.ACROSS_READS, verdict
 
 
 def test_a_rephotograph_reads_its_own_number_across(photos, tmp_path):

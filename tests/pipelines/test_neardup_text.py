@@ -194,6 +194,23 @@ def test_numbers_that_may_be_read_as_one_another_neither_agree_nor_veto():
     assert decision.read_value("56%|55%") == "56%"
 
 
+def test_a_number_read_with_a_digit_lost_neither_agrees_nor_vetoes():
+    """16度 read 6度, 65% read 6%, 1800ml read 180ml: small print drops a digit, so the number is
+    only consistent with the other photograph's (its printed line must then be compared alike, and
+    the longer value is read across: test_neardup_printed), never a veto. Another digit, another
+    unit, or a grade that is part of another is still one."""
+    for key, a, b in [("alcohol", "6度", "16度"), ("seimai", "6%", "65%"), ("volume", "180ml", "1800ml")]:
+        x, y = {"brand_name": "夢の灯", key: a}, {"brand_name": "夢の灯", key: b}
+        assert decision.read_conflict(x, y, decision.SAID_VETO_KEYS) is None, (a, b)
+        assert decision.text_consistent(x, y) and not decision.text_agrees(x, y), (a, b)
+        assert decision.maybe_differs(x, y) == {key}, (a, b)
+        assert decision._longer_side(a, b) == "c" and decision._longer_side(b, a) == "q"
+    for key, a, b in [("alcohol", "15度", "16度"), ("seimai", "60%", "65%"), ("volume", "180ml", "1800度")]:
+        x, y = {"brand_name": "夢の灯", key: a}, {"brand_name": "夢の灯", key: b}
+        assert decision.read_conflict(x, y, decision.SAID_VETO_KEYS) == key, (a, b)
+    assert decision.read_conflict({"grade": "純米"}, {"grade": "特別純米"}, decision.SAID_VETO_KEYS) == "grade"
+
+
 def test_brands_read_alike_meet_by_text_and_neither_agree_nor_veto():
     """Brush lettering read twice: a cursive の read as 八 or left out, a stroke read as another
     kanji. Brands that begin and end alike with at most two characters between them differing
