@@ -278,3 +278,38 @@ def test_consistent_text_and_the_same_picture_need_the_printed_lines_to_merge(bl
             assert verify.judged[0] == {**verify.judged[0], "same": False, "reason": "read grade differs"}
             return
     pytest.fail("no re-photographed pair in 40 that only the picture joined")
+
+
+def test_the_picture_parts_an_edition_the_uploaders_fields_joined_on_consistent_text(blobs):
+    """Full uploader fields agree (the same brand, product and brewery), the read text is only
+    consistent (a value read off one photograph only; the stored one read nothing surely, so the
+    fields-agree limit stays 4.0), the grey-only score passes it: an edition in another palette,
+    aligned, is another picture and is kept apart; a re-photograph still merges."""
+    fields = {"category": "sake", "brand_name": "八海山", "product_name": "八海山 純米吟醸"}
+    stored_read = {k: v for k, v in READ.items() if k != "alcohol"}
+
+    def judge(query: Image.Image, stored: Image.Image) -> dict:
+        entry, _d, _v = decision.verifier_for(stored, fields, 10, said=stored_read, blob_key=_store(blobs, stored))
+        _e, _d2, verify = decision.verifier_for(
+            query, fields, 10, read=dict(READ), pictures=pictures.StoredPictures(None, blobs)
+        )
+        verify([("label_x", 30, entry)])
+        return verify.judged[0]
+
+    for seed in range(30):
+        a, b = _edition(seed, same_palette=False)
+        parts = _parts(b, a)
+        aligned = parts.inliers >= picture.MIN_INLIERS and parts.box >= picture.MIN_AREA
+        verdict = judge(b, a)
+        if verdict["score"] <= decision.FIELDS_AGREE_MAX_SCORE and aligned:
+            assert verdict["same"] is False and verdict["reason"] == "verifier (fields agree), picture differs"
+            break
+    else:
+        pytest.fail("no aligned edition in 30 whose grey-only score passed the fields-agree limit")
+    for seed in range(20):
+        a, b = _rephotos(seed)
+        verdict = judge(b, a)
+        if verdict["score"] <= decision.FIELDS_AGREE_MAX_SCORE:
+            assert verdict["same"] is True, verdict
+            return
+    pytest.fail("no re-photographed pair in 20 whose grey-only score passed the fields-agree limit")
