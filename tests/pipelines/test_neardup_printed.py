@@ -292,18 +292,16 @@ def test_a_digit_lost_across_is_no_other_value():
     assert decision._read_across_differs("純米吟醸", "純米大吟醸", "grade")
 
 
-def test_a_field_line_differs_only_when_it_does_both_ways():
-    """A line both photographs read is compared each way; a window off one way only (the
-    homography a pixel off at a short line's end) is no differing glyph, a glyph printed otherwise
-    shows both ways. The brand's line differs either way (two reads of it give other boxes)."""
+def test_the_print_differs_only_where_a_line_differs_both_ways():
+    """A line both photographs read is compared each way; in the print's verdict a window off one
+    way only (the homography a pixel off at a short line's end) is no differing glyph, a glyph
+    printed otherwise shows both ways. A field the text left uncertain is judged either way."""
     noisy = [printed.Line("volume", "q", 0.034, 0.178), printed.Line("volume", "c", 0.022, 0.026)]
     found = printed.Verdict([*noisy, printed.Line("grade", "q", 0.03, 0.04)], 100)
     assert noisy[0].differs and not noisy[1].differs
-    assert found.field_differs("volume") is False and found.differs is False, found.summary()
+    assert found.differs is False and found.ratio < printed.MAX_RATIO, found.summary()
+    assert found.field_differs("volume") is True, "uncertain: either way"
     glyph = [printed.Line("volume", "q", 0.034, 0.178), printed.Line("volume", "c", 0.03, 0.2)]
-    assert printed.Verdict(glyph, 100).field_differs("volume") is True
     assert printed.Verdict(glyph, 100).differs is True
     one_way = printed.Verdict([printed.Line("volume", "q", 0.034, 0.178)], 100)
-    assert one_way.field_differs("volume") is True and one_way.differs is True, "read off one photograph only"
-    brand = [printed.Line("brand_name", "q", 0.05, 0.3), printed.Line("brand_name", "c", 0.05, 0.06)]
-    assert printed.Verdict(brand, 100).field_differs("brand_name") is True
+    assert one_way.differs is True, "read off one photograph only: its one way"
