@@ -29,9 +29,9 @@ originals) vetoes a pair whose lines are printed otherwise (another typeface, a 
 one side only), and a merge on text that is only consistent (a value read off one side, a number
 or a brand read alike) needs it to confirm. Agreeing uploader fields with readings on
 both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
-and product on another design), and where the text is consistent the aligned picture parts such a
-merge when it aligned and saw another picture. Whatever is about to merge a pair, a printed field read off one
-photograph only is also read across (the recogniser on the other photograph, where that field's
+and product on another design), and where the text is consistent the aligned picture parts such
+a merge when it aligned and saw another picture. Whatever is about to merge a pair, a printed field
+read off one photograph only is also read across (the recogniser on the other photograph, where that field's
 line maps to): another value there, read alike by ACROSS_READS crops, keeps them apart, as a
 value read off both that differs would (a product line whose differing number one photograph's
 read missed, merged by the pixels).
@@ -151,9 +151,10 @@ def _relation(x, y, key: str = "", sure: bool = False) -> str:
 # than a product line prints a number that is another's with a digit left out. It is no veto but
 # "maybe": the merge then needs that number's line compared alike on both photographs, and the
 # longer value's line is read across on the photograph that lost a digit (`Verifier._one_sided`),
-# so a product line whose 55% was read 5% off its sibling's 50% is read 50% there and kept apart
-# (the line comparison alone missed a held-out product line so). Tune seeds 32-33: 2 of 12 missed
-# re-photographs were vetoed by a lost digit.
+# so a product line whose 55% was read 5% off its sibling's 50% can be read 50% there and kept
+# apart. Tune seeds 32-33: 2 of 12 missed re-photographs were vetoed by a lost digit; held-out
+# seeds 9-16: about 8 more of 480 found, and one number product line merged (seed 16) with or
+# without the reading across (docs/ocr.md, 2026-11-29).
 def _digits_lost(a: str, b: str) -> bool:
     """One value's digits are the other's with some lost, the rest (the unit) the same."""
     da, db = (_digits(v) for v in (a, b))
