@@ -622,11 +622,13 @@ class Verifier:
             if ref is not None:
                 stored_picture = next(loaded)
                 # on consistent text only, the picture may join (the printed lines then confirm) but
-                # never parts what the pixels join, as before it; what the uploader's agreeing
-                # fields joined on the grey-only score it parts where it aligned and saw another
-                # picture (an edition sent with the same brand, product and brewery)
+                # never parts what the pixels join (a score under the strict limit), as before it;
+                # what the uploader's agreeing fields joined on the grey-only score over that limit
+                # it parts where it aligned and saw another picture (an edition sent with the same
+                # brand, product and brewery; the picture's colour moves with exposure, and a
+                # brighter copy of one image scores 0.05)
                 if same and consistent_only[j]:
-                    if loose and self._another_picture(rows[j], stored_picture):
+                    if loose and score > 1.0 and self._another_picture(rows[j], stored_picture):
                         same = False
                 else:
                     before, same = same, self._picture_verdict(rows[j], same, stored_picture)
