@@ -30,7 +30,7 @@ one side only), and a merge on text that is only consistent (a value read off on
 or a brand read alike) needs it to confirm. Agreeing uploader fields with readings on
 both sides that do not agree get the tighter FIELDS_AGREE_TEXT_DIFFERS_MAX_SCORE (the same brand
 and product on another design), and where the text is consistent the aligned picture parts such
-a merge when it aligned and saw another picture. Whatever is about to merge a pair, a printed field
+a merge over the strict limit when it aligned and saw another picture. Whatever is about to merge a pair, a printed field
 read off one photograph only is also read across (the recogniser on the other photograph, where that field's
 line maps to): another value there, read alike by ACROSS_READS crops, keeps them apart, as a
 value read off both that differs would (a product line whose differing number one photograph's
