@@ -157,11 +157,13 @@ def _relation(x, y, key: str = "", sure: bool = False) -> str:
 # without the reading across (docs/ocr.md, 2026-11-29).
 def _digits_lost(a: str, b: str) -> bool:
     """One value's digits are the other's with some lost, the rest (the unit) the same."""
-    da, db = (_digits(v) for v in (a, b))
-    if not da or not db or _non_digits(a) != _non_digits(b):
-        return False
-    short, long_ = sorted((da, db), key=len)
-    return len(short) < len(long_) and short in long_
+    return _non_digits(a) == _non_digits(b) and _part_of(_digits(a), _digits(b))
+
+
+def _part_of(a: str, b: str) -> bool:
+    """One of two strings is the other with characters lost (neither empty)."""
+    short, long_ = sorted((a, b), key=len)
+    return bool(short) and len(short) < len(long_) and short in long_
 
 
 def _non_digits(value: str) -> str:
@@ -239,8 +241,7 @@ def _read_across_differs(read, across, key: str) -> bool:
     a, b = read_value(read), read_value(across)
     if key in printed.NUMBERS:
         a, b = _digits(a), _digits(b)
-    short, long_ = sorted((a, b), key=len)
-    return not (short and len(short) < len(long_) and short in long_)
+    return not _part_of(a, b)
 
 
 def text_agrees(a: dict, b: dict) -> bool:
@@ -519,7 +520,8 @@ class Verifier:
 
     def _one_sided(self, theirs: dict) -> dict[str, tuple[str, ...]]:
         """Per side ("q": the query, "c": the candidate), the printed fields read off that
-        photograph only, where its entry knows the field's line: what is read across."""
+        photograph only, or read off both with a digit lost on the other (`_digits_lost`), where
+        its entry knows the field's line: what is read across."""
         said, their_said = self.said, stored_said(theirs)
         mine, other = _printed_said(said), _printed_said(their_said)
         their_lines = theirs.get("ln") or {}
