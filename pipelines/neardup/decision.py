@@ -59,6 +59,7 @@ from PIL import Image
 
 from pipelines.neardup import picture, printed, verifier
 from pipelines.text.distance import edit_distance
+from pipelines.text.variants import common_forms
 
 FIELD_KEYS = ("category", "brand_name", "product_name")
 # The image check's limit when category, brand and product all agree: the fields already rule out
@@ -123,6 +124,12 @@ ACROSS_READS = 2
 # 特別純米 read 純米) was 4 of 12 missed re-photographs on tune seeds 37-39 (docs/ocr.md,
 # 2026-11-29); a product line's sibling reads its own value there, which differs.
 REREAD = True
+# A printed field read off one photograph only, whose line lies wholly on the other, must be read
+# there as the same value (one crop of printed.READ_PADS is enough) for the pair to merge. Where the
+# other photograph's small print reads as nothing, nothing tells a re-photograph from a product
+# line's sibling (one design, another number): tune seed 40 merged four siblings so, their lines
+# compared alike on a photograph too blurred to read (docs/ocr.md, 2026-11-29).
+CONFIRM_ONE_SIDED = True
 
 
 # A read value may carry the other values its digits may be, after this ("56%|55%": the recogniser
@@ -204,6 +211,7 @@ def brands_alike(a: str, b: str, *, ends_only: bool = False) -> bool:
     風の光, both read at 0.9 on tune seed 32; a misread end was never read surely there)."""
     if not a or not b:
         return False
+    a, b = common_forms(a), common_forms(b)  # 惠み read for 恵み: one name
     keep = 1 if ends_only else None  # _brand_keys' first: the ends
     if not set(_brand_keys(a)[:keep]) & set(_brand_keys(b)[:keep]):
         return False
@@ -264,6 +272,15 @@ def rereadable(said: dict, read: dict, their_said: dict, their_read: dict) -> se
     }
 
 
+def _same_value(read, across, key: str) -> bool:
+    """A value read across (printed.compare) is the one read off the other photograph (a number:
+    its digits, whatever unit the crop kept)."""
+    a, b = read_value(read), read_value(across)
+    if key in printed.NUMBERS:
+        return bool(_digits(a)) and _digits(a) == _digits(b)
+    return bool(a) and a == b
+
+
 def text_agrees(a: dict, b: dict) -> bool:
     """What two readings say agrees: the same read fields on both sides (a field read off one only
     is how a differing grade or number hides: two labels of one product line differ in exactly
@@ -290,9 +307,10 @@ def text_digests(read: dict | None) -> tuple[str, ...]:
     brand = read_value((read or {}).get("brand_name"))
     if not brand:
         return ()
-    return tuple(
-        hashlib.sha1(("brand-" + key).encode(), usedforsecurity=False).hexdigest()[:20] for key in _brand_keys(brand)
-    )
+    # the keys of the brand in common kanji forms (brands_alike), and of the brand as read where that
+    # differs: sets joined before the forms were folded are still searched
+    keys = dict.fromkeys(_brand_keys(common_forms(brand)) + _brand_keys(brand))
+    return tuple(hashlib.sha1(("brand-" + key).encode(), usedforsecurity=False).hexdigest()[:20] for key in keys)
 
 
 def _read_norm(value) -> str:
@@ -584,6 +602,14 @@ class Verifier:
             one = len({read_value(v) for v in values}) == 1
             if len(values) >= ACROSS_READS and one and _read_across_differs(source.get(key), values[0], key):
                 return f"{key} read across differs"
+        if CONFIRM_ONE_SIDED:
+            one_sided_sides = self._one_sided(theirs)
+            for key, side, values in found.across:
+                if key not in one_sided_sides[side]:  # a field read as two values (REREAD): _reread_veto
+                    continue
+                value = (stored_said(theirs) if side == "c" else self.said).get(key)
+                if not any(_same_value(value, v, key) for v in values):
+                    return f"{key} not read on the other photograph"
         one_sided = set(uncertain)
         if only:  # the fields read off one side only: their lines looked up on the other
             one_sided |= _printed_said(self.said) ^ _printed_said(stored_said(theirs))

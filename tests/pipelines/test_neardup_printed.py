@@ -269,6 +269,38 @@ def test_a_number_read_with_a_digit_lost_is_read_across_where_it_was_lost(volume
     assert verdict["printed"]["across"]["volume@c"].split("/").count("720ml") >= decision.ACROSS_READS, verdict
 
 
+def test_a_number_misread_on_one_photograph_is_read_again_there(photos, tmp_path, monkeypatch):
+    """One label photographed twice, the query's number misread as another value (unsurely): no
+    veto at once; the stored photograph's line of it is read on the query's photograph, reads the
+    stored value, and the pair merges. Without the reading again it was a veto."""
+    (i_q, r_q), (i_s, r_s) = photos["second"], photos["first"]
+    both = [k for k in printed.NUMBERS if k in _said(r_q) and k in _said(r_s) and k in printed.field_lines(r_s)]
+    field = both[0]
+    true = decision.read_value(_said(r_s)[field])
+    wrong = {"seimai": "88%", "alcohol": "13度", "volume": "500ml"}[field]
+    assert wrong != true
+    verdict = _decide(
+        i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "b"), drop="", read_field=_read_field(), misread={field: wrong}
+    )
+    assert verdict["same"] is True, verdict
+    read = verdict["printed"]["across"][f"{field}@c"].split("/")
+    assert [decision.read_value(v) for v in read].count(true) >= decision.ACROSS_READS, read
+    monkeypatch.setattr(decision, "REREAD", False)
+    before = _decide(
+        i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path / "a"), drop="", read_field=_read_field(), misread={field: wrong}
+    )
+    assert before["same"] is False and before["reason"] == f"read {field} differs", before
+
+
+def test_a_product_lines_number_read_again_is_its_own(volume_line, tmp_path):
+    """Two labels of one design, 720ml and 1800ml, both read unsurely: read again, each photograph
+    prints its own value where the other's line maps to, so the veto stands."""
+    (i_q, r_q), (i_s, r_s) = volume_line["720ml"], volume_line["1800ml"]
+    assert decision.rereadable(_said(r_q), {}, _said(r_s), {}) >= {"volume"}
+    verdict = _decide(i_q, r_q, i_s, r_s, LocalBlobStore(tmp_path), drop="", read_field=_read_field())
+    assert verdict["same"] is False and "differs" in verdict["reason"], verdict
+
+
 def test_a_rephotograph_reads_its_own_number_across(photos, tmp_path):
     (i_q, r_q), (i_s, r_s) = photos["second"], photos["first"]
     field = next(k for k in ("volume", "alcohol", "seimai") if k in _said(r_q) and k in printed.field_lines(r_q))
