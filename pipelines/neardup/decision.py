@@ -115,20 +115,12 @@ SAID_VETO_KEYS = ("grade", "seimai", "alcohol", "volume")
 # read on the other where its line maps to, from printed.READ_PADS crops; a veto needs this many of
 # them to read one value, and that another value than the photograph that read it gives.
 ACROSS_READS = 2
-# Reading again: a printed field (SAID_VETO_KEYS) read off both photographs as two values, at least
-# one of them unsurely, is not vetoed at once where the other photograph's line of it can be read
-# on the unsure one (`rereadable`). If the pair is about to merge, that line is read there
-# (printed.compare(across=...)): the merge stands only if ACROSS_READS crops read the other
-# photograph's value and nothing else, and the line is printed alike; anything else is the veto it
-# was. Small print misread on one photograph (16度 read 16度|13度 against 15度, 65% read 88%|68%,
-# 特別純米 read 純米) was 4 of 12 missed re-photographs on tune seeds 37-39 (docs/ocr.md,
-# 2026-11-29); a product line's sibling reads its own value there, which differs.
-REREAD = True
-# A printed field read off one photograph only, whose line lies wholly on the other, must be read
-# there as the same value (one crop of printed.READ_PADS is enough) for the pair to merge. Where the
-# other photograph's small print reads as nothing, nothing tells a re-photograph from a product
-# line's sibling (one design, another number): tune seed 40 merged four siblings so, their lines
-# compared alike on a photograph too blurred to read (docs/ocr.md, 2026-11-29).
+# A printed field read off one photograph only (or read off both with a digit lost on one), whose
+# line lies wholly on the other photograph, must be read there as the same value (one crop of
+# printed.READ_PADS is enough) for the pair to merge. Where the other photograph's small print reads
+# as nothing, nothing tells a re-photograph from a product line's sibling (one design, another
+# number): tune seed 40 merged four siblings so, their lines compared alike on photographs too
+# blurred or small to read (docs/ocr.md, 2026-11-29).
 CONFIRM_ONE_SIDED = True
 
 
@@ -261,17 +253,6 @@ def _read_across_differs(read, across, key: str) -> bool:
     return not _part_of(a, b)
 
 
-def rereadable(said: dict, read: dict, their_said: dict, their_read: dict) -> set[str]:
-    """The printed fields (SAID_VETO_KEYS) both readings give as values that differ, with at least
-    one of them read unsurely (not in its side's sure `read`): the veto a reading again may lift."""
-    return {
-        k
-        for k in SAID_VETO_KEYS
-        if _relation(said.get(k), their_said.get(k), k) == "differs"
-        and not (read_value(read.get(k)) and read_value(their_read.get(k)))
-    }
-
-
 def _same_value(read, across, key: str) -> bool:
     """A value read across (printed.compare) is the one read off the other photograph (a number:
     its digits, whatever unit the crop kept)."""
@@ -290,14 +271,13 @@ def text_agrees(a: dict, b: dict) -> bool:
     return said_a == said_b and "brand_name" in said_a and len(said_a) >= 2
 
 
-def text_consistent(a: dict, b: dict, pending: set[str] | frozenset[str] = frozenset()) -> bool:
+def text_consistent(a: dict, b: dict) -> bool:
     """Weaker than text_agrees: the brand read the same or alike (`brands_alike`) off both and no
     value read off both (however surely) differs, except as values that may be read as one another;
-    a field read off one side only is allowed (the OCR missed it on the other). `pending`: fields
-    whose difference a reading again is to settle (REREAD), left out here."""
+    a field read off one side only is allowed (the OCR missed it on the other)."""
     if _relation(a.get("brand_name"), b.get("brand_name"), "brand_name") not in ("same", "maybe"):
         return False
-    return read_conflict(a, b, tuple(k for k in READ_KEYS if k not in pending)) is None
+    return read_conflict(a, b) is None
 
 
 def text_digests(read: dict | None) -> tuple[str, ...]:
@@ -442,21 +422,6 @@ def parse_entry(entry: str | None) -> tuple[bytes | None, dict]:
     return (base64.b64decode(raw) if raw else None), doc
 
 
-# per side ("q": the query, "c": the candidate), printed fields whose line on that photograph is read
-# on the other one (printed.compare's `across`)
-Sides = dict[str, tuple[str, ...]]
-
-
-def _keys(sides: Sides) -> set[str]:
-    return {k for keys in sides.values() for k in keys}
-
-
-def _joined(a: Sides, b: Sides) -> Sides:
-    return {
-        side: tuple(k for k in printed.FIELDS if k in a.get(side, ()) or k in b.get(side, ())) for side in ("q", "c")
-    }
-
-
 @dataclass
 class Match:
     label_id: str
@@ -531,20 +496,19 @@ class Verifier:
         verdict["reason"] += ", picture differs"
         return True
 
-    def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool, Sides]], joined: set[int]) -> None:
+    def _printed_check(self, rows: list[dict], refs: list[tuple[dict, str, bool]], joined: set[int]) -> None:
         """The printed-lines check's say on the candidates about to merge (pipelines.neardup.printed):
         their field lines printed otherwise vetoes, a field read off one side only included (its
         line looked up on the other photograph); a merge the picture made on consistent text only
         needs the lines compared and alike (no check, no merge). `joined`: the rows the picture
         made the same."""
         todo, needs, uncertain = [], {}, {}
-        for j, (verdict, (theirs, _label, only, pending)) in enumerate(zip(rows, refs, strict=True)):
+        for j, (verdict, (theirs, _label, only)) in enumerate(zip(rows, refs, strict=True)):
             if not verdict["same"]:
                 continue
             # a number read as values that may be one another is confirmed by its printed line
-            # whatever joined the pair (a product line's labels pass the pixel check); so is one
-            # read as two values that a reading again is to settle (REREAD)
-            uncertain[j] = (maybe_differs(self.said, stored_said(theirs)) & set(printed.LINE_FIELDS)) | _keys(pending)
+            # whatever joined the pair (a product line's labels pass the pixel check)
+            uncertain[j] = maybe_differs(self.said, stored_said(theirs)) & set(printed.LINE_FIELDS)
             needs[j] = (only and j in joined) or bool(uncertain[j])
             if self.greys is not None and (self.lines or theirs.get("ln")):
                 todo.append(j)
@@ -554,7 +518,7 @@ class Verifier:
             return
         greys = self.greys([(refs[j][1], str(refs[j][0].get("b") or "")) for j in todo])
         for j, stored in zip(todo, greys, strict=True):
-            theirs, _label, only, pending = refs[j]
+            theirs, _label, only = refs[j]
             found = printed.NOTHING
             if stored is not None:
                 if self._grey is None:
@@ -565,13 +529,11 @@ class Verifier:
                     self.lines,
                     stored,
                     theirs.get("ln") or {},
-                    across=_joined(self._one_sided(theirs), pending),
+                    across=self._one_sided(theirs),
                     read_field=self.read_field,
                 )
             rows[j]["printed"] = found.summary()
-            veto = self._printed_veto(found, theirs, only, needs[j], uncertain[j]) or self._reread_veto(
-                found, theirs, pending
-            )
+            veto = self._printed_veto(found, theirs, only, needs[j], uncertain[j])
             if veto:
                 rows[j].update(same=False, reason=rows[j]["reason"] + ", " + veto)
 
@@ -603,10 +565,7 @@ class Verifier:
             if len(values) >= ACROSS_READS and one and _read_across_differs(source.get(key), values[0], key):
                 return f"{key} read across differs"
         if CONFIRM_ONE_SIDED:
-            one_sided_sides = self._one_sided(theirs)
             for key, side, values in found.across:
-                if key not in one_sided_sides[side]:  # a field read as two values (REREAD): _reread_veto
-                    continue
                 value = (stored_said(theirs) if side == "c" else self.said).get(key)
                 if not any(_same_value(value, v, key) for v in values):
                     return f"{key} not read on the other photograph"
@@ -617,39 +576,6 @@ class Verifier:
             return "printed lines differ"
         if needs and (found.differs is None or any(found.field_differs(k) is None for k in one_sided)):
             return "printed lines not compared"
-        return ""
-
-    def _pending(self, theirs: dict) -> Sides:
-        """The fields read as two values (`rereadable`) whose line can be read again (REREAD), per
-        side whose line is read on the other photograph ("q": the query's line, read on the
-        candidate, whose value was unsure; "c": the other way)."""
-        if not REREAD or self.greys is None or self.read_field is None:
-            return {"q": (), "c": ()}
-        stored = theirs.get("read") or {}
-        keys = rereadable(self.said, self.read, stored_said(theirs), stored)
-        their_lines = theirs.get("ln") or {}
-        return {
-            "q": tuple(k for k in printed.FIELDS if k in keys and k in self.lines and not read_value(stored.get(k))),
-            "c": tuple(
-                k for k in printed.FIELDS if k in keys and k in their_lines and not read_value(self.read.get(k))
-            ),
-        }
-
-    def _reread_veto(self, found: printed.Verdict, theirs: dict, pending: Sides) -> str:
-        """Why a field read as two values keeps a candidate apart after reading it again ('' when
-        every such field was settled): it is settled when, one way it was read, ACROSS_READS crops
-        read the value of the photograph whose line it is, and nothing else."""
-        values_of = {"q": self.said, "c": stored_said(theirs)}
-        for key in _keys(pending):
-            settled = any(
-                k == key
-                and k in pending[side]
-                and len(values) >= ACROSS_READS
-                and {read_value(v) for v in values} == {read_value(values_of[side].get(k))}
-                for k, side, values in found.across
-            )
-            if not settled:
-                return f"read {key} differs"
         return ""
 
     @property
@@ -745,15 +671,14 @@ class Verifier:
         # candidate's (label id, blob key) where the picture check applies)
         to_compare: list[tuple[int, bytes, bool, float, bool, tuple[str, str] | None]] = []
         # per row of to_compare: (the candidate's entry, its label id, merged on consistent text only)
-        printed_refs: list[tuple[dict, str, bool, Sides]] = []
+        printed_refs: list[tuple[dict, str, bool]] = []
         blank = not has_content(self.view.luma)
         for label_id, distance, sig, theirs in parsed:
             verdict: dict[str, Any]
             conflict = fields_conflict(self.fields, theirs) if self.use_fields else None
             stored = theirs.get("read") or {}
-            pending = self._pending(theirs)
             said = read_conflict(self.read, stored, sure=True) or read_conflict(
-                self.said, stored_said(theirs), tuple(k for k in SAID_VETO_KEYS if k not in _keys(pending))
+                self.said, stored_said(theirs), SAID_VETO_KEYS
             )
             if blank:
                 verdict = {"same": False, "reason": "no content (blank or single colour)"}
@@ -767,12 +692,10 @@ class Verifier:
                 loose, limit, reason, text_only = self._image_check(theirs, stored)
                 verdict = {"same": False, "reason": reason}
                 agrees = text_agrees(self.said, stored_said(theirs))
-                checked = agrees or (
-                    PICTURE_ACCEPTS_UNAGREED and text_consistent(self.said, stored_said(theirs), _keys(pending))
-                )
+                checked = agrees or (PICTURE_ACCEPTS_UNAGREED and text_consistent(self.said, stored_said(theirs)))
                 ref = (label_id, str(theirs.get("b") or "")) if self.pictures is not None and checked else None
                 to_compare.append((len(verdicts), sig, loose, limit, text_only, ref))
-                printed_refs.append((theirs, label_id, checked and not agrees, pending))
+                printed_refs.append((theirs, label_id, checked and not agrees))
             verdicts.append((label_id, distance, verdict))
         rows = [verdicts[c[0]][2] for c in to_compare]
         joined = self._judge_images(to_compare, rows, [r[2] for r in printed_refs])

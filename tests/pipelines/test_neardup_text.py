@@ -248,19 +248,6 @@ def test_a_brand_read_in_an_old_kanji_form_meets_its_common_form():
     assert not decision.brands_alike("白の恵み", "月の華")
 
 
-def test_a_printed_field_read_as_two_values_one_unsurely_is_left_to_a_reading_again():
-    """Small print misread on one photograph (16度|13度 against 15度 read surely) is settled by
-    reading the line again (decision.REREAD); two values both read surely stay a veto."""
-    said_a, said_b = {"alcohol": "16度|13度", "grade": "純米"}, {"alcohol": "15度", "grade": "特別純米"}
-    assert decision.rereadable(said_a, {}, said_b, {"alcohol": "15度"}) == {"alcohol", "grade"}
-    assert decision.rereadable(said_a, {"grade": "純米"}, said_b, {"grade": "特別純米"}) == {"alcohol"}
-    assert decision.rereadable(said_b, said_b, said_b, said_b) == set()
-    assert not decision.text_consistent({"brand_name": "北光", **said_a}, {"brand_name": "北光", **said_b})
-    assert decision.text_consistent(
-        {"brand_name": "北光", **said_a}, {"brand_name": "北光", **said_b}, {"alcohol", "grade"}
-    )
-
-
 def test_a_brand_read_alike_never_merges_unconfirmed():
     """The same photograph resized (the pixels join it) with its brand read alike, not the same: no
     printed-lines check here, so no merge; read the same, it merges as before."""
