@@ -212,10 +212,11 @@ def brands_alike(a: str, b: str, *, ends_only: bool = False) -> bool:
 
 def _brand_keys(brand: str) -> list[str]:
     """What two reads of one brand keep in common when a misread changes at most one end: its
-    first and last characters, and for names of three or more its first two and its last two
-    (白の雫 read 白の率, 山のしぼり read しぼり or 山のし: an end character misread, lost or cut)."""
+    first and last characters, and for names of two or more its first two and its last two
+    (白の雫 read 白の率, 山のしぼり read しぼり or 山のし, 十四代 read 四代: an end character
+    misread, lost or cut; a name of two is its own first two and last two)."""
     keys = ["ends\x1f" + brand[0] + brand[-1]]
-    if len(brand) >= 3:
+    if len(brand) >= 2:
         keys += ["head\x1f" + brand[:2], "tail\x1f" + brand[-2:]]
     return keys
 
