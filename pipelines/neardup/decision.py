@@ -34,7 +34,9 @@ a merge over the strict limit when it aligned and saw another picture. Whatever 
 read off one photograph only is also read across (the recogniser on the other photograph, where that field's
 line maps to): another value there, read alike by ACROSS_READS crops, keeps them apart, as a
 value read off both that differs would (a product line whose differing number one photograph's
-read missed, merged by the pixels).
+read missed, merged by the pixels); and with CONFIRM_ONE_SIDED, so does nothing read there that is
+the same value (a photograph too small or blurred to read its print cannot tell a re-photograph
+from a product line's sibling).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
 when that is smaller, the three fields, what was read, and the blob key of the original: 1-3 KB),
