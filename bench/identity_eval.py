@@ -246,23 +246,6 @@ def picture_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]
     return rows
 
 
-def unconfirmed_rows(modes: list[str], data: dict, *, r, s, tmp: Path) -> list[dict]:
-    """Per mode, on the same readings, the decision without decision.CONFIRM_ONE_SIDED (a field
-    read off one photograph only merges whatever the other photograph's line reads as)."""
-    from pipelines.neardup import decision
-
-    rows = []
-    saved = decision.CONFIRM_ONE_SIDED
-    decision.CONFIRM_ONE_SIDED = False
-    try:
-        for mode in modes:
-            rows.append({**run_mode(mode, data, r=r, s=s, tmp=tmp), "label": f"{mode} (one-sided unconfirmed)"})
-            print(f"  {mode} unconfirmed: done in {rows[-1]['wall_s']:.0f}s", flush=True)
-    finally:
-        decision.CONFIRM_ONE_SIDED = saved
-    return rows
-
-
 def _use_brush_face(split: str, face: str) -> None:
     """Every brand of `split` drawn in `face` (a check set in neither split's faces)."""
     if face:
@@ -326,11 +309,6 @@ def main() -> int:
         help="per mode, three more rows on the same readings: the aligned picture check off, the"
         " printed-lines check off (the decision before it), the printed-lines check vetoing only"
         " (no merge on consistent text)",
-    )
-    ap.add_argument(
-        "--unconfirmed-rows",
-        action="store_true",
-        help="per mode, one more row on the same readings without decision.CONFIRM_ONE_SIDED",
     )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
@@ -412,7 +390,6 @@ def main() -> int:
                 finally:
                     readings.said_fields = said_fields  # type: ignore[assignment]
             rows += picture_rows(args.modes.split(","), data, r=r, s=s, tmp=tmp) if args.picture_rows else []
-            rows += unconfirmed_rows(args.modes.split(","), data, r=r, s=s, tmp=tmp) if args.unconfirmed_rows else []
             if args.scores:
                 pair_scores(data, r)
     load1 = os.getloadavg()

@@ -34,9 +34,7 @@ a merge over the strict limit when it aligned and saw another picture. Whatever 
 read off one photograph only is also read across (the recogniser on the other photograph, where that field's
 line maps to): another value there, read alike by ACROSS_READS crops, keeps them apart, as a
 value read off both that differs would (a product line whose differing number one photograph's
-read missed, merged by the pixels); and with CONFIRM_ONE_SIDED, so does nothing read there that is
-the same value (a photograph too small or blurred to read its print cannot tell a re-photograph
-from a product line's sibling).
+read missed, merged by the pixels).
 
 Per indexed image Redis holds a signature entry (JSON: the base64 signature, zlib-compressed
 when that is smaller, the three fields, what was read, and the blob key of the original: 1-3 KB),
@@ -117,13 +115,6 @@ SAID_VETO_KEYS = ("grade", "seimai", "alcohol", "volume")
 # read on the other where its line maps to, from printed.READ_PADS crops; a veto needs this many of
 # them to read one value, and that another value than the photograph that read it gives.
 ACROSS_READS = 2
-# A printed field read off one photograph only (or read off both with a digit lost on one), whose
-# line lies wholly on the other photograph, must be read there as the same value (one crop of
-# printed.READ_PADS is enough) for the pair to merge. Where the other photograph's small print reads
-# as nothing, nothing tells a re-photograph from a product line's sibling (one design, another
-# number): tune seed 40 merged four siblings so, their lines compared alike on photographs too
-# blurred or small to read (docs/ocr.md, 2026-11-29).
-CONFIRM_ONE_SIDED = True
 
 
 # A read value may carry the other values its digits may be, after this ("56%|55%": the recogniser
@@ -254,15 +245,6 @@ def _read_across_differs(read, across, key: str) -> bool:
     if key in printed.NUMBERS:
         a, b = _digits(a), _digits(b)
     return not _part_of(a, b)
-
-
-def _same_value(read, across, key: str) -> bool:
-    """A value read across (printed.compare) is the one read off the other photograph (a number:
-    its digits, whatever unit the crop kept)."""
-    a, b = read_value(read), read_value(across)
-    if key in printed.NUMBERS:
-        return bool(_digits(a)) and _digits(a) == _digits(b)
-    return bool(a) and a == b
 
 
 def text_agrees(a: dict, b: dict) -> bool:
@@ -567,11 +549,6 @@ class Verifier:
             one = len({read_value(v) for v in values}) == 1
             if len(values) >= ACROSS_READS and one and _read_across_differs(source.get(key), values[0], key):
                 return f"{key} read across differs"
-        if CONFIRM_ONE_SIDED:
-            for key, side, values in found.across:
-                value = (stored_said(theirs) if side == "c" else self.said).get(key)
-                if not any(_same_value(value, v, key) for v in values):
-                    return f"{key} not read on the other photograph"
         one_sided = set(uncertain)
         if only:  # the fields read off one side only: their lines looked up on the other
             one_sided |= _printed_said(self.said) ^ _printed_said(stored_said(theirs))

@@ -269,25 +269,6 @@ def test_a_number_read_with_a_digit_lost_is_read_across_where_it_was_lost(volume
     assert verdict["printed"]["across"]["volume@c"].split("/").count("720ml") >= decision.ACROSS_READS, verdict
 
 
-def test_a_number_the_other_photograph_cannot_read_is_no_merge(photos, tmp_path, monkeypatch):
-    """A product line's label (another 精米歩合) photographed too small to read its print (240 px):
-    the pixels pass it as the sibling (one design), and the lines compared at that size show no
-    glyph apart; the query's numbers, read across on it, read as nothing. Nothing tells it from a
-    re-photograph, so it is not merged (CONFIRM_ONE_SIDED); before, it was."""
-    from PIL import ImageFilter
-
-    (i_q, r_q), (i_a, _r_a) = photos["line_b"], photos["line_a"]
-    small = i_a.resize((i_a.width * 240 // max(i_a.size), i_a.height * 240 // max(i_a.size)))
-    small = small.filter(ImageFilter.GaussianBlur(0.8))
-    r_small = _reading(small)
-    assert not set(_said(r_small)) & set(printed.NUMBERS), _said(r_small)
-    verdict = _decide(i_q, r_q, small, r_small, LocalBlobStore(tmp_path / "b"), drop="", read_field=_read_field())
-    assert verdict["same"] is False and "not read on the other photograph" in verdict["reason"], verdict
-    monkeypatch.setattr(decision, "CONFIRM_ONE_SIDED", False)
-    before = _decide(i_q, r_q, small, r_small, LocalBlobStore(tmp_path / "a"), drop="", read_field=_read_field())
-    assert before["same"] is True, before
-
-
 def test_a_rephotograph_reads_its_own_number_across(photos, tmp_path):
     (i_q, r_q), (i_s, r_s) = photos["second"], photos["first"]
     field = next(k for k in ("volume", "alcohol", "seimai") if k in _said(r_q) and k in printed.field_lines(r_q))
