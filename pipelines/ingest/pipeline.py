@@ -38,7 +38,7 @@ from pipelines.neardup import hashing, printed, verifier
 from pipelines.neardup import index as phash_index
 from pipelines.neardup.index import shared_index
 from pipelines.search import collections as vector_index
-from pipelines.text import chunking
+from pipelines.text import chunking, variants
 from yana.blobs import BlobStore
 from yana.errors import ErrorCode, YanaError
 from yana.settings import Settings, get_settings
@@ -75,10 +75,11 @@ class LocalJob:
 
 
 def warm_up() -> None:
-    """Load the near-duplicate check's compiled code (the verifier and the pHash search) before a
-    first job needs it."""
+    """Load the near-duplicate check's compiled code (the verifier and the pHash search) and the
+    brand comparison's kanji table before a first job needs them."""
     verifier.warm_up()
     phash_index.warm_up()
+    variants.warm_up()
 
 
 def empty_outcome(index: int, name: str | None = None) -> dict:

@@ -245,6 +245,7 @@ def test_a_brand_read_in_an_old_kanji_form_meets_its_common_form():
         assert set(decision.text_digests({"brand_name": a})) & set(decision.text_digests({"brand_name": b})), (a, b)
     # the keys of the brand as read are kept beside the folded ones (sets joined before the fold)
     assert set(decision.text_digests({"brand_name": "櫻"})) >= set(decision.text_digests({"brand_name": "桜"}))
+    assert set(decision.text_digests({"brand_name": "櫻"})) > set(decision.text_digests({"brand_name": "桜"}))
     assert decision.read_conflict({"brand_name": "天の惠み"}, {"brand_name": "天の恵み"}, sure=True) is None
     assert not decision.brands_alike("白の恵み", "月の華")
 
