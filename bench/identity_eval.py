@@ -107,6 +107,87 @@ def _reset(r) -> None:
         r.delete(*doomed[i : i + 500])
 
 
+class _Judged:
+    """Every verifier ingest makes in this process, by the blob key of its image (what --why reads:
+    the verdict each candidate got). Installed over pipelines.ingest.pipeline's verifier_for."""
+
+    def __init__(self):
+        from pipelines.ingest import pipeline as ingest
+
+        self.module, self.made = ingest.neardup, {}
+        self.real = self.module.verifier_for
+
+    def __enter__(self):
+        def wrapped(*a, **kw):
+            out = self.real(*a, **kw)
+            self.made[kw.get("blob_key", "")] = out[2]
+            return out
+
+        self.module.verifier_for = wrapped
+        return self
+
+    def __exit__(self, *_exc):
+        self.module.verifier_for = self.real
+
+
+def _reason(text: str) -> str:
+    """A verdict's reason without its numbers (so like verdicts count together)."""
+    import re
+
+    return re.sub(r"[-+]?\d+(\.\d+)?", "#", text)
+
+
+def why_missed(missed: list, label_of: dict, firsts: dict, judged: dict) -> dict[str, int]:
+    """Why each missed re-photograph was not merged into its first photograph's label, counted by
+    kind: not a candidate (split by what was read as the brand on the two photographs), or the
+    verdict the first's label got. Counts only: held-out photographs are not looked at one by one."""
+    from pipelines.neardup import decision
+
+    counts: dict[str, int] = {}
+    for x, o in missed:
+        v = judged.get(o.get("file_path") or "")
+        if v is None:
+            kind = "no verdict (an error or an exact copy)"
+        else:
+            row = next((j for j in v.judged if j["label_id"] == label_of[x["key"]]), None)
+            if row is not None:
+                kind = "judged: " + _reason(row["reason"])
+            else:
+                first = judged.get(firsts.get(x["key"], ""))
+                a = decision.read_value((v.said or {}).get("brand_name"))
+                b = decision.read_value(((first.said if first else None) or {}).get("brand_name"))
+                if not a or not b:
+                    kind = "not a candidate: no brand read on " + ("either" if not a and not b else "one")
+                elif decision.brands_alike(a, b):
+                    kind = "not a candidate: brands read alike"
+                else:
+                    kind = "not a candidate: brands read apart"
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def why_merged(false_merged: list, judged: dict) -> dict[str, int]:
+    """The verdict that merged each distinct label into another (counts by kind)."""
+    counts: dict[str, int] = {}
+    for x, o in false_merged:
+        v = judged.get(o.get("file_path") or "")
+        row = next((j for j in (v.judged if v else []) if j["label_id"] == o["id"] and j["same"]), None)
+        kind = f"{x.get('vary') or 'random'}: " + (_reason(row["reason"]) if row else "no verdict (an exact copy)")
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def print_why(rows: list[dict]) -> None:
+    print("\nwhy re-photographs were missed (counts; the verdict the first photograph's label got):")
+    for row in rows:
+        for kind, n in sorted(row["why"].items(), key=lambda kv: -kv[1]):
+            print(f"  {row.get('label', row['mode'])}: {n} x {kind}")
+    print("why distinct labels were merged (counts; product line kind: the verdict that merged):")
+    for row in rows:
+        for kind, n in sorted(row["why_merged"].items(), key=lambda kv: -kv[1]):
+            print(f"  {row.get('label', row['mode'])}: {n} x {kind}")
+
+
 def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
     import chromadb
     from chromadb.config import Settings as ChromaSettings
@@ -114,6 +195,7 @@ def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
     from pipelines.ingest import pipeline as ingest
 
     _reset(r)
+    watch = _Judged()
     chroma = chromadb.PersistentClient(
         path=str(tmp / f"chroma-{mode}-{time.monotonic_ns()}"), settings=ChromaSettings(anonymized_telemetry=False)
     )
@@ -130,7 +212,8 @@ def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
             }
             for i, x in enumerate(data[part])
         ]
-        res = ingest.run_ingest(job, items=items, r=r, chroma=chroma, s=s)
+        with watch:
+            res = ingest.run_ingest(job, items=items, r=r, chroma=chroma, s=s)
         out[part] = res["items"]
     dist = out["distinct"]
     label_of = {x["key"]: o["id"] for x, o in zip(data["distinct"], dist, strict=True)}
@@ -156,6 +239,13 @@ def run_mode(mode: str, data: dict, *, r, s, tmp: Path) -> dict:
             (x["key"], x.get("vary", ""), o.get("dedup_of"), o.get("verifier_score")) for x, o in false_merged[:5]
         ],
         "missed": len(missed),
+        "why": why_missed(
+            missed,
+            label_of,
+            {x["key"]: o.get("file_path") or "" for x, o in zip(data["distinct"], dist, strict=True)},
+            watch.made,
+        ),
+        "why_merged": why_merged(false_merged, watch.made),
         "warnings": sum(len(o.get("warnings") or []) for o in dist + out["seconds"]),
         # indexed unread: the read deferred to the background pass (OCR_MODE=auto, full fields)
         "deferred": sum(1 for o in dist + out["seconds"] if o.get("read") == "deferred"),
@@ -310,6 +400,9 @@ def main() -> int:
         " printed-lines check off (the decision before it), the printed-lines check vetoing only"
         " (no merge on consistent text)",
     )
+    ap.add_argument(
+        "--why", action="store_true", help="count why re-photographs were missed (kinds, no photograph shown)"
+    )
     ap.add_argument("--scores", action="store_true", help="print the pair scores used to choose the limits")
     ap.add_argument("--quick", action="store_true", help="CI size: 3 labels, one product line of 2 per kind")
     ap.add_argument(
@@ -411,6 +504,8 @@ def main() -> int:
             f"{row['false']} = {row['false'] / max(1, row['n_distinct']):.2%} ({row['n_distinct']}) | <= {bar_f:.1%} | "
             f"{row['wrong']} | {row['warnings']} | {row['deferred']} |"
         )
+    if args.why:
+        print_why(rows)
     for row in rows:
         if row["false_examples"]:
             print(

@@ -574,7 +574,7 @@ class Verifier:
             return True, limit, "verifier (fields agree)", False
         if text:
             return True, TEXT_AGREE_MAX_SCORE, "verifier (text agrees)", True
-        return False, 1.0, "verifier", False
+        return False, verifier.SAME_MAX_SCORE, "verifier", False
 
     def _read_now(self, parsed: list[tuple[str, int, bytes | None, dict]]) -> None:
         """The deferred reads this decision needs: the query's (once), then those of candidates
@@ -623,7 +623,7 @@ class Verifier:
         joined: set[int] = set()
         for j, ((_row, _sig, loose, limit, _text, ref), score) in enumerate(zip(to_compare, scores, strict=True)):
             same = score <= limit
-            if not same and j in strict and strict[j] <= 1.0:
+            if not same and j in strict and strict[j] <= verifier.SAME_MAX_SCORE:
                 same, score = True, strict[j]
             if ref is not None:
                 stored_picture = next(loaded)
@@ -634,7 +634,7 @@ class Verifier:
                 # brand, product and brewery; the picture's colour moves with exposure, and a
                 # brighter copy of one image scores 0.05)
                 if same and consistent_only[j]:
-                    if loose and score > 1.0 and self._another_picture(rows[j], stored_picture):
+                    if loose and score > verifier.SAME_MAX_SCORE and self._another_picture(rows[j], stored_picture):
                         same = False
                 else:
                     before, same = same, self._picture_verdict(rows[j], same, stored_picture)

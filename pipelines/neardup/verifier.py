@@ -33,6 +33,8 @@ _TEXTURED = 4.0  # a block whose levels vary less than this is flat ground: no c
 # small JPEG's colour blocks hold little but noise (a 96 x 144 label re-saved at q80 decorrelated
 # to 0.88 at 4.0; at 12.0 only ink and shapes that differ in hue count: 23 of 24 such twins pass).
 _TEXTURED_COLOUR = 12.0
+# A score at or under this is the same label: every part within its limit (_combined).
+SAME_MAX_SCORE = 1.0
 # A pair is the same label when all parts stay under these: the luma residual after alignment and
 # a global gain/offset (relative to the candidate's contrast), and the worst block's 1 - correlation
 # in luma and in the two colour-opponent channels (a changed word lives in a few blocks; a global
