@@ -267,14 +267,15 @@ def text_consistent(a: dict, b: dict) -> bool:
 
 def text_digests(read: dict | None) -> tuple[str, ...]:
     """Keys of the read-the-same sets a reading joins and finds candidates in, () when no brand was
-    read: one per `_brand_keys` of the read brand, so brands read alike (`brands_alike`) always
-    share one."""
-    brand = read_value((read or {}).get("brand_name"))
-    if not brand:
+    read: one per `_brand_keys` of the read brand and of each name it may also be, so brands read
+    alike (`brands_alike`) or as names that may be one another always share one."""
+    names = [b for b in _read_norm((read or {}).get("brand_name")).split(MAYBE_SEP) if b]
+    if not read_value((read or {}).get("brand_name")):
         return ()
     # the keys of the brand in common kanji forms (brands_alike), and of the brand as read where that
-    # differs: sets joined before the forms were folded are still searched
-    keys = dict.fromkeys(_brand_keys(common_forms(brand)) + _brand_keys(brand))
+    # differs: sets joined before the forms were folded are still searched; then those of the names
+    # it may also be (a doubted character swapped: pipelines.read.fields._brand_maybes)
+    keys = dict.fromkeys(k for b in names for k in _brand_keys(common_forms(b)) + _brand_keys(b))
     return tuple(hashlib.sha1(("brand-" + key).encode(), usedforsecurity=False).hexdigest()[:20] for key in keys)
 
 

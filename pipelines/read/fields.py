@@ -593,7 +593,36 @@ def _brand_particle(ln: Line) -> str:
 _STRAY_IN_NAME = re.compile(r"[。、,.，．｡､]")
 
 
-def _brand(lines: list[Line], out: dict[str, Field]) -> None:
+# A brush brand is misread from one photograph to the next (雫 read 率, 需 or 零; 惠 for 恵), and
+# the right character is often the recogniser's next guess there (`Line.alternatives`). The brand
+# may be read as each name made by one such swap; two photographs whose brands may be one another
+# are candidates of each other (decision.text_digests) and merge only with the brand's printed
+# line compared alike (decision: "maybe"). At most BRAND_MAYBES names, the likeliest swap at each
+# doubted position first.
+BRAND_MAYBES = 6
+_NAME_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff々]")
+
+
+def _brand_maybes(value: str, text: str, alts: tuple[str, ...]) -> tuple[str, ...]:
+    """The other names the brand `value` (read as `text`, whose characters `alts` align with) may
+    be: one doubted character swapped for an alternative. () when they cannot be aligned."""
+    if not alts or len(alts) != len(text) or normalize(text) != value or len(value) != len(text):
+        return ()
+    out: list[str] = []
+    for rank in range(max((len(a) for a in alts), default=0)):
+        for i, a in enumerate(alts):
+            c = unicodedata.normalize("NFKC", a[rank]) if rank < len(a) else ""
+            if len(c) != 1 or c == value[i] or not _NAME_CHAR.match(c):
+                continue
+            name = value[:i] + c + value[i + 1 :]
+            if name not in out:
+                out.append(name)
+            if len(out) >= BRAND_MAYBES:
+                return tuple(out)
+    return tuple(out)
+
+
+def _brand(lines: list[Line], out: dict[str, Field], maybe: dict[str, tuple[str, ...]] | None = None) -> None:
     gz = gazetteer()
     brands = {fuzzy_key(b.name): b for b in gz.of("brand")}
     sized = [(ln, _char_size(ln)) for ln in lines if not _is_label_text(ln.text)]
@@ -609,6 +638,8 @@ def _brand(lines: list[Line], out: dict[str, Field]) -> None:
         conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
         if k in brands:  # a known brand read with a confusable character (洒/酒 ...)
             value, conf = brands[k].name, max(conf, 0.9 * ln.confidence)
+        elif maybe is not None:
+            maybe["brand_name"] = _brand_maybes(value, text, ln.alternatives)
         out["brand_name"] = Field(value, "ocr", conf, ln.text)
         return
     # no boxes: only a gazetteer brand named in the text
@@ -652,8 +683,9 @@ class Extraction:
     fields: dict[str, Field]
     label_features: tuple[str, ...]
     # per printed number (seimai, alcohol, volume): the other values its digits may be read as
-    # (`_digit_maybes`), for identity only: two photographs whose numbers differ only there are
-    # not told apart by the read text (pipelines.neardup.decision)
+    # (`_digit_maybes`), and the other names the brand may be (`_brand_maybes`), for identity
+    # only: two photographs whose values differ only there are not told apart by the read text
+    # (pipelines.neardup.decision)
     maybe: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def values(self) -> dict[str, str]:
@@ -682,7 +714,7 @@ def extract_fields(source: Reading | str | list[str]) -> Extraction:
     _grade(lines, out)
     _places(lines, out)
     _brewery(lines, out)
-    _brand(lines, out)
+    _brand(lines, out, maybe)
     _features(lines, out, features)
     _product(lines, out)
     return Extraction(out, tuple(features), maybe)

@@ -250,6 +250,27 @@ def test_a_brand_read_in_an_old_kanji_form_meets_its_common_form():
     assert not decision.brands_alike("白の恵み", "月の華")
 
 
+def test_brands_that_may_be_one_another_meet_and_merge_only_confirmed():
+    """A brand read with the names a doubted character may make (鍋鳥|鍋島, from
+    pipelines.read.fields._brand_maybes) meets the brand it may be in a read-the-same set, neither
+    agrees nor vetoes (even read surely on both sides), and merges only with the brand's printed
+    line compared alike; brands that share no name still differ."""
+    # a name of two with one character misread shares no key of its own (鳥 for 島)
+    misread, right = "鍋鳥|鍋島|鍋烏", "鍋島"
+    assert not decision.brands_alike("鍋鳥", "鍋島")
+    assert not set(decision.text_digests({"brand_name": "鍋鳥"})) & set(decision.text_digests({"brand_name": right}))
+    assert set(decision.text_digests({"brand_name": misread})) & set(decision.text_digests({"brand_name": right}))
+    x, y = {"brand_name": misread, "seimai": "55%"}, {"brand_name": right, "seimai": "55%"}
+    assert decision.read_conflict(x, y, sure=True) is None and decision.text_consistent(x, y)
+    assert not decision.text_agrees(x, y) and decision.maybe_differs(x, y) == {"brand_name"}
+    assert decision.read_conflict({"brand_name": "鍋鳥|鍋烏"}, {"brand_name": right}, sure=True) == "brand_name"
+    a, _b = _photos(1)
+    smaller = a.resize((a.width * 3 // 4, a.height * 3 // 4))
+    base = {"alcohol": "18度", "seimai": "55%"}
+    found, row = _judge_said(smaller, a, ({}, {**base, "brand_name": misread}), ({}, {**base, "brand_name": right}))
+    assert found is None and row["reason"].endswith("printed lines not compared"), row
+
+
 def test_a_brand_read_alike_never_merges_unconfirmed():
     """The same photograph resized (the pixels join it) with its brand read alike, not the same: no
     printed-lines check here, so no merge; read the same, it merges as before."""

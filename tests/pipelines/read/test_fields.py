@@ -262,6 +262,30 @@ def test_a_printed_number_keeps_the_values_its_digits_may_be():
     assert "55%" in identity_fields(ex.to_dict(), min_confidence=0.0)["seimai"].split("|")
 
 
+def test_a_brand_keeps_the_names_a_doubted_character_may_make():
+    """Where the recogniser doubted a character of the brand and offered others (a brush 雫 read
+    率), the brand keeps the names one swap makes (`maybe`, for identity only): name characters
+    only, the likeliest swap at each position first, at most BRAND_MAYBES; a gazetteer brand, a
+    sure read or a read without alternatives keeps none."""
+    from pipelines.ingest.readings import identity_fields
+    from pipelines.read.fields import BRAND_MAYBES
+
+    def brand(text, alts):
+        big = Line(text, ((0, 0), (300, 0), (300, 100), (0, 100)), 0.9, False, 0, alts)
+        return extract_fields(Reading((big, _line("精米歩合 60%", 0, 150, 200, 170)), "ppocr"))
+
+    ex = brand("率の里", ("雫需。", "", ""))
+    assert ex.fields["brand_name"].value == "率の里"
+    assert ex.maybe["brand_name"] == ("雫の里", "需の里"), "。 is no name character"
+    assert identity_fields(ex.to_dict(), min_confidence=0.0)["brand_name"] == "率の里|雫の里|需の里"
+    # the first guess at every doubted position comes before the second anywhere
+    assert brand("白の率", ("自目", "", "雫零")).maybe["brand_name"][:2] == ("自の率", "白の雫")
+    assert len(brand("率の里", ("雫需零霊雲", "乃之ノ", "理星")).maybe["brand_name"]) == BRAND_MAYBES
+    assert not brand("率の里", ("", "", "")).maybe.get("brand_name"), "a sure read may be nothing else"
+    assert not brand("率の里", ()).maybe.get("brand_name"), "no alternatives (tesseract): nothing else"
+    assert not brand("八海山", ("入", "", "")).maybe.get("brand_name"), "a gazetteer brand is that brand"
+
+
 def test_a_line_known_to_print_a_number_is_read_by_its_number_and_unit():
     # as read across (pipelines.ingest.readings.field_reader): the line is known to be the field's
     assert bare_value("volume", "300T") == "300ml"  # ml read as T
