@@ -1,7 +1,11 @@
 """Label identity from what the label says (issue 21 item 3), through the real ingest body.
 
     .venv/bin/python bench/identity_eval.py [--split heldout] [--seed 7] [--labels 60] [--families 3]
-                                            [--per-family 6] [--quick]
+                                            [--per-family 6] [--quick] [--why]
+
+`--why` counts, per mode, the verdict behind each missed re-photograph (the one its first
+photograph's label got, or "not a candidate") and each false merge; counts only, so it can be run
+on held-out seeds without looking at their photographs.
 
 Data (tools.photolabels, a generator independent of tools/datagen and bench/neardup_eval.py;
 numbers are reported on split "heldout", limits were chosen on split "tune"):

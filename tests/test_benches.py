@@ -25,7 +25,7 @@ TINY = {
     "chat_under_ingest.py": ["--quick"],
     "contract_overhead.py": ["--n", "50"],
     "crosslang_eval.py": ["--labels", "120", "--show", "1"],
-    "identity_eval.py": ["--quick", "--picture-rows"],
+    "identity_eval.py": ["--quick", "--picture-rows", "--why"],
     "ingest_rate.py": ["--n", "8", "--batch", "4", "--parallel", "1", "--workers", "1", "--cli"],
     "memory.py": ["--tiny"],
     "blob_ingest.py": ["--n", "8", "--batch", "4"],
