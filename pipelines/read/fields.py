@@ -10,8 +10,8 @@ the glossary (pipelines/data/glossary.tsv: grades, rice, styles) and the gazette
 (pipelines/read/data/gazetteer.tsv: prefectures, cities, brands, breweries with readings).
 
 The brand is the largest lettering on the label (line height from the boxes), snapped to a
-gazetteer brand when it is within one confusion-tolerant edit; without boxes only a gazetteer
-brand found in the text is taken.
+gazetteer brand when it is within one confusion-tolerant edit or one character the recogniser
+offered there; without boxes only a gazetteer brand found in the text is taken.
 """
 
 from __future__ import annotations
@@ -598,7 +598,8 @@ _STRAY_IN_NAME = re.compile(r"[。、,.，．｡､]")
 # may be read as each name made by one such swap; two photographs whose brands may be one another
 # are candidates of each other (decision.text_digests) and merge only with the brand's printed
 # line compared alike (decision: "maybe"). At most BRAND_MAYBES names, the likeliest swap at each
-# doubted position first.
+# doubted position first. A swap that makes a gazetteer brand is read as that brand (鍋鳥 with 島
+# offered: 鍋島), as a confusable character is (fuzzy_key).
 BRAND_MAYBES = 6
 _NAME_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff々]")
 
@@ -636,10 +637,14 @@ def _brand(lines: list[Line], out: dict[str, Field], maybe: dict[str, tuple[str,
         value = _STRAY_IN_NAME.sub("", value) or value
         k = fuzzy_key(value)
         conf = (0.6 + 0.3 * min(1.0, (size - second) / max(size, 1e-6) * 2)) * ln.confidence
+        others = _brand_maybes(value, text, ln.alternatives)
+        known = next((brands[fuzzy_key(m)] for m in others if fuzzy_key(m) in brands), None)
         if k in brands:  # a known brand read with a confusable character (洒/酒 ...)
             value, conf = brands[k].name, max(conf, 0.9 * ln.confidence)
+        elif known is not None:  # a known brand the recogniser offered at the one doubted place
+            value = known.name
         elif maybe is not None:
-            maybe["brand_name"] = _brand_maybes(value, text, ln.alternatives)
+            maybe["brand_name"] = others
         out["brand_name"] = Field(value, "ocr", conf, ln.text)
         return
     # no boxes: only a gazetteer brand named in the text

@@ -266,7 +266,8 @@ def test_a_brand_keeps_the_names_a_doubted_character_may_make():
     """Where the recogniser doubted a character of the brand and offered others (a brush 雫 read
     率), the brand keeps the names one swap makes (`maybe`, for identity only): name characters
     only, the likeliest swap at each position first, at most BRAND_MAYBES; a gazetteer brand, a
-    sure read or a read without alternatives keeps none."""
+    sure read or a read without alternatives keeps none, and a swap that makes a gazetteer brand
+    is read as that brand."""
     from pipelines.ingest.readings import identity_fields
     from pipelines.read.fields import BRAND_MAYBES
 
@@ -284,6 +285,10 @@ def test_a_brand_keeps_the_names_a_doubted_character_may_make():
     assert not brand("率の里", ("", "", "")).maybe.get("brand_name"), "a sure read may be nothing else"
     assert not brand("率の里", ()).maybe.get("brand_name"), "no alternatives (tesseract): nothing else"
     assert not brand("八海山", ("入", "", "")).maybe.get("brand_name"), "a gazetteer brand is that brand"
+    # a swap the recogniser offered that makes a gazetteer brand: read as that brand
+    snapped = brand("鍋鳥", ("", "烏島"))
+    assert snapped.fields["brand_name"].value == "鍋島" and not snapped.maybe.get("brand_name")
+    assert brand("鍋鳥", ("", "烏")).fields["brand_name"].value == "鍋鳥", "only what the recogniser offered"
 
 
 def test_a_line_known_to_print_a_number_is_read_by_its_number_and_unit():
