@@ -642,6 +642,12 @@ def _brand(lines: list[Line], out: dict[str, Field], maybe: dict[str, tuple[str,
         if k in brands:  # a known brand read with a confusable character (洒/酒 ...)
             value, conf = brands[k].name, max(conf, 0.9 * ln.confidence)
         elif known is not None:  # a known brand the recogniser offered at the one doubted place
+            # for identity it may still be what was read, or another swap (the snap can be wrong:
+            # a name not in the gazetteer one swap from one that is)
+            if maybe is not None:
+                maybe["brand_name"] = tuple(n for n in dict.fromkeys([value, *others]) if n != known.name)[
+                    :BRAND_MAYBES
+                ]
             value = known.name
         elif maybe is not None:
             maybe["brand_name"] = others
