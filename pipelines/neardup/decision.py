@@ -16,7 +16,8 @@ a distinct label from search, a missed one only leaves a duplicate entry):
 What the label says (OCR, when it was read) comes before both: a brand, grade or printed number
 read surely off both (`read`) that differs makes two labels. Agreeing text is evidence the other
 way, like agreeing fields: images whose reading gives the same brand, or one read alike
-(`brands_alike`: brush lettering is misread from photograph to photograph), are candidates at any
+(`brands_alike`: brush lettering is misread from photograph to photograph) or one it may be (a
+doubted character swapped: pipelines.read.fields._brand_maybes), are candidates at any
 pHash distance (the index's read-the-same sets, `text_digests`), and when the same fields were read off
 both (`said`: every value read, however surely), all equal, the brand and at least one more
 (`text_agrees`), the image check is the grey-only score under TEXT_AGREE_MAX_SCORE (or the strict
@@ -269,13 +270,13 @@ def text_digests(read: dict | None) -> tuple[str, ...]:
     """Keys of the read-the-same sets a reading joins and finds candidates in, () when no brand was
     read: one per `_brand_keys` of the read brand and of each name it may also be, so brands read
     alike (`brands_alike`) or as names that may be one another always share one."""
-    names = [b for b in _read_norm((read or {}).get("brand_name")).split(MAYBE_SEP) if b]
-    if not read_value((read or {}).get("brand_name")):
+    names = _read_norm((read or {}).get("brand_name")).split(MAYBE_SEP)  # the brand read, then its maybe names
+    if not names[0]:
         return ()
     # the keys of the brand in common kanji forms (brands_alike), and of the brand as read where that
     # differs: sets joined before the forms were folded are still searched; then those of the names
     # it may also be (a doubted character swapped: pipelines.read.fields._brand_maybes)
-    keys = dict.fromkeys(k for b in names for k in _brand_keys(common_forms(b)) + _brand_keys(b))
+    keys = dict.fromkeys(k for b in names if b for k in _brand_keys(common_forms(b)) + _brand_keys(b))
     return tuple(hashlib.sha1(("brand-" + key).encode(), usedforsecurity=False).hexdigest()[:20] for key in keys)
 
 

@@ -265,9 +265,10 @@ def test_a_printed_number_keeps_the_values_its_digits_may_be():
 def test_a_brand_keeps_the_names_a_doubted_character_may_make():
     """Where the recogniser doubted a character of the brand and offered others (a brush 雫 read
     率), the brand keeps the names one swap makes (`maybe`, for identity only): name characters
-    only, the likeliest swap at each position first, at most BRAND_MAYBES; a gazetteer brand, a
-    sure read or a read without alternatives keeps none, and a swap that makes a gazetteer brand
-    is read as that brand."""
+    only, the likeliest swap at each position first, at most BRAND_MAYBES; a brand read as a
+    gazetteer brand, a sure read or a read without alternatives keeps none. A swap that makes a
+    gazetteer brand is read as that brand, the name as read and the other swaps kept as its maybe
+    names."""
     from pipelines.ingest.readings import identity_fields
     from pipelines.read.fields import BRAND_MAYBES
 
